@@ -1,0 +1,91 @@
+"""Seeded draws and small models for the checks: stand-ins whose behaviour is known exactly."""
+import hashlib
+
+import torch
+import torch.nn as nn
+
+from lab import ModelConfig, TinyLM
+
+DRAWS = range(3)  # every randomised check runs on three independent draws
+
+
+def rng(seed: int, draw: int, salt: int) -> torch.Generator:
+    """One generator per (run seed, draw, check): checks never share a random stream. The three numbers are
+    hashed, since Mersenne Twister streams from neighbouring seeds start out alike."""
+    digest = hashlib.blake2b(f"{seed}/{draw}/{salt}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+
+
+def randint(gen, low, high) -> int:
+    return int(torch.randint(low, high + 1, (1,), generator=gen))
+
+
+def tiny_lm(gen, vocab_size=12) -> TinyLM:
+    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+    return TinyLM(ModelConfig(vocab_size=vocab_size, d_model=16, n_layer=1, n_head=2, max_len=32))
+
+
+def left_padded_prompts(gen, B, vocab_size, min_len=1, max_len=4, avoid=(0, 1)):
+    """(B, P) ids and mask, left-padded, prompts of random lengths drawn from the non-special tokens."""
+    lens = torch.randint(min_len, max_len + 1, (B,), generator=gen)
+    P = int(lens.max())
+    ids = torch.zeros(B, P, dtype=torch.long)
+    mask = torch.zeros(B, P, dtype=torch.long)
+    for b in range(B):
+        k = int(lens[b])
+        ids[b, P - k:] = torch.randint(len(avoid), vocab_size, (k,), generator=gen)
+        mask[b, P - k:] = 1
+    return ids, mask
+
+
+class ScriptedLM(nn.Module):
+    """Returns logits from a rule instead of a network, and records how it is called.
+    logits_fn(input_ids (N, L)) -> (N, L, V). A dummy weight makes grad-mode visible."""
+
+    def __init__(self, logits_fn):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(()))
+        self.logits_fn = logits_fn
+        self.calls = 0
+        self.grad_enabled = []
+
+    def forward(self, input_ids, attention_mask):
+        self.calls += 1
+        self.grad_enabled.append(torch.is_grad_enabled())
+        return self.logits_fn(input_ids) + self.weight
+
+
+def constant_lm(logits: torch.Tensor) -> ScriptedLM:
+    """Every position gets the same next-token logits (V,)."""
+    return ScriptedLM(lambda ids: logits.expand(ids.shape[0], ids.shape[1], -1).clone())
+
+
+def eos_after_lm(vocab_size: int, eos_id: int, prompt_len: int, k: int) -> ScriptedLM:
+    """Uniform over the non-EOS tokens for the first k completion tokens, then EOS with certainty."""
+    def logits_fn(ids):
+        N, L = ids.shape
+        out = torch.zeros(N, L, vocab_size)
+        out[..., eos_id] = -1e9
+        if L - prompt_len >= k:
+            out[:, -1] = -1e9
+            out[:, -1, eos_id] = 0.0
+        return out
+    return ScriptedLM(logits_fn)
+
+
+def random_batch(gen, N, vocab_size, T, eos_id=1, pad_id=0, min_prompt=1, max_prompt=4):
+    """A rollout-shaped batch: left-padded prompts, completions that end at an EOS (pad after it, attention 0)
+    or run to T. Returns input_ids (N, P+T), attention_mask (N, P+T), completion_mask (N, T), P."""
+    prompt_ids, prompt_mask = left_padded_prompts(gen, N, vocab_size, min_prompt, max_prompt)
+    comp = torch.randint(2, vocab_size, (N, T), generator=gen)
+    comp_att = torch.ones(N, T, dtype=torch.long)
+    comp_mask = torch.ones(N, T)
+    for n in range(N):
+        if n % 2 == 0:
+            e = randint(gen, 0, T - 1)
+            comp[n, e] = eos_id
+            comp[n, e + 1:] = pad_id
+            comp_att[n, e + 1:] = 0
+            comp_mask[n, e + 1:] = 0
+    return (torch.cat([prompt_ids, comp], 1), torch.cat([prompt_mask, comp_att], 1), comp_mask,
+            prompt_ids.shape[1])

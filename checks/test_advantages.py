@@ -1,0 +1,90 @@
+"""Advantages: group_advantages(). Run: pytest checks/test_advantages.py [--target FILE]"""
+import pytest
+import torch
+
+from checks import oracle
+from checks.stubs import DRAWS, randint, rng
+
+pytestmark = pytest.mark.component("advantages")
+
+
+def advantages(grpo, rewards, G, eps=1e-4):
+    return grpo.group_advantages(rewards, G, eps).detach().double().cpu()
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_each_group_is_its_own_baseline(grpo, seed, draw):
+    gen = rng(seed, draw, 11)
+    B, G = randint(gen, 2, 5), randint(gen, 2, 6)
+    level = torch.randn(B, 1, generator=gen) * 3           # groups sit at very different reward levels
+    rewards = (level + torch.rand(B, G, generator=gen)).view(-1)
+    a = advantages(grpo, rewards, G).view(B, G)
+    means = a.mean(dim=1)
+    worst = int(means.abs().argmax())
+    assert means.abs().max() < 1e-4, (
+        f"advantages: the advantages of group {worst} (rows {worst * G}..{worst * G + G - 1}) have mean "
+        f"{means[worst]:.3f}; within a group they should be centred on that group's own mean reward")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_groups_are_contiguous_runs(grpo, seed, draw):
+    gen = rng(seed, draw, 12)
+    B, G = randint(gen, 2, 4), randint(gen, 2, 5)
+    level = torch.randint(0, 2, (B, 1), generator=gen).float()
+    level[:2, 0] = torch.tensor([0.0, 1.0])                # at least one solved and one failed prompt
+    rewards = level.expand(B, G).reshape(-1)                # constant within each prompt's group
+    a = advantages(grpo, rewards, G)
+    assert torch.isfinite(a).all() and a.abs().max() < 1e-6, (
+        f"advantages: every prompt's {G} completions got the same reward, yet the advantages are "
+        f"{a.numpy().round(3).tolist()}; a group of equal rewards carries no signal, so all should be 0")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_std_is_the_unbiased_group_std(grpo, seed, draw):
+    gen = rng(seed, draw, 13)
+    lo, hi = sorted(torch.rand(2, generator=gen).tolist())
+    a = advantages(grpo, torch.tensor([lo, hi, hi, lo]), 2, eps=0.0)
+    expected = torch.tensor([-1, 1, 1, -1], dtype=torch.float64) * 2 ** -0.5
+    assert torch.allclose(a, expected, atol=1e-4), (
+        f"advantages: a group of two different rewards gives {a[:2].numpy().round(4).tolist()}; with the "
+        f"unbiased (Bessel-corrected) group std it is [-0.7071, +0.7071]")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_equal_rewards_give_zero_not_nan(grpo, seed, draw):
+    gen = rng(seed, draw, 14)
+    G = randint(gen, 2, 8)
+    value = float(torch.rand((), generator=gen))
+    rewards = torch.cat([torch.full((G,), value), torch.rand(G, generator=gen)])
+    a = advantages(grpo, rewards, G)
+    assert torch.isfinite(a).all(), (
+        f"advantages: a group whose rewards are all {value:.3f} gives {a[:G].numpy().tolist()}; "
+        f"a zero group std must not turn into NaN or inf")
+    assert a[:G].abs().max() < 1e-3, (
+        f"advantages: a group whose rewards are all equal gives advantages up to {a[:G].abs().max():.3g}; "
+        f"they should be 0 (a spike here is a division by a zero std)")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_advantages_match_the_formula(grpo, seed, draw):
+    gen = rng(seed, draw, 15)
+    B, G = randint(gen, 1, 4), randint(gen, 2, 6)
+    eps = [1e-4, 1e-2, 0.5][draw]
+    rewards = torch.where(torch.rand(B * G, generator=gen) < 0.5, torch.rand(B * G, generator=gen),
+                          torch.randint(0, 2, (B * G,), generator=gen).float())
+    a = advantages(grpo, rewards, G, eps)
+    expected = oracle.group_advantages(rewards, G, eps)
+    assert a.shape == expected.shape, f"advantages: shape {tuple(a.shape)}, expected {tuple(expected.shape)} (one per row)"
+    assert torch.allclose(a, expected, atol=1e-4, rtol=1e-4), (
+        f"advantages: with group_size {G} and eps {eps}, rewards {rewards.numpy().round(3).tolist()} give "
+        f"{a.numpy().round(3).tolist()}; (r - group mean) / (group std + eps) gives "
+        f"{expected.numpy().round(3).tolist()}")
+
+
+def test_no_gradient_flows_out_of_the_advantages(grpo, seed):
+    gen = rng(seed, 0, 16)
+    rewards = torch.rand(8, generator=gen).requires_grad_()
+    a = grpo.group_advantages(rewards, 4, 1e-4)
+    assert not a.requires_grad, (
+        "advantages: the advantages carry a gradient back into the rewards; they are constants of the update "
+        "and should be computed without grad")

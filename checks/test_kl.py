@@ -1,0 +1,54 @@
+"""KL penalty: kl_penalty(). Run: pytest checks/test_kl.py [--target FILE]"""
+import pytest
+import torch
+
+from checks import oracle
+from checks.stubs import DRAWS, randint, rng
+from checks.test_loss import draw_inputs, loss_and_grad
+
+pytestmark = pytest.mark.component("kl")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_kl_is_the_k3_estimator(grpo, seed, draw):
+    gen = rng(seed, draw, 21)
+    N, T = randint(gen, 1, 5), randint(gen, 1, 6)
+    logp = -torch.rand(N, T, generator=gen, dtype=torch.float64) * 3
+    ref = logp + torch.randn(N, T, generator=gen, dtype=torch.float64)
+    got = grpo.kl_penalty(logp, ref).detach().double()
+    expected = oracle.kl_k3(logp, ref)
+    assert got.shape == expected.shape, f"kl: shape {tuple(got.shape)}, expected {tuple(expected.shape)} (one per token)"
+    if not torch.allclose(got, expected, atol=1e-5, rtol=1e-4):
+        i = (got - expected).abs().argmax()
+        d = (ref - logp).reshape(-1)[i].item()
+        pytest.fail(f"kl: for log pi_ref - log pi = {d:+.3f} the penalty is {got.reshape(-1)[i]:.4f}; the k3 "
+                    f"estimate of KL(pi || pi_ref) there is exp(d) - d - 1 = {expected.reshape(-1)[i]:.4f}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_kl_is_never_negative_and_zero_at_the_reference(grpo, seed, draw):
+    gen = rng(seed, draw, 22)
+    logp = -torch.rand(4, 6, generator=gen) * 4
+    ref = logp + torch.randn(4, 6, generator=gen) * 2
+    got = grpo.kl_penalty(logp, ref).detach()
+    assert got.min() >= -1e-6, (
+        f"kl: the penalty goes negative (min {got.min():.3f}); a KL estimate that can be negative rewards the "
+        f"policy for drifting from the reference")
+    same = grpo.kl_penalty(logp, logp.clone()).detach()
+    assert same.abs().max() < 1e-6, f"kl: the penalty is {same.abs().max():.3g}, not 0, where pi == pi_ref"
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_kl_term_enters_with_beta(grpo, seed, draw):
+    gen = rng(seed, draw, 46)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    beta = [0.04, 0.1, 0.5][draw]
+    logp, old, ref, adv, mask = draw_inputs(gen, N, T)
+    with_kl, _ = loss_and_grad(grpo, logp, old, ref, adv, mask, grpo.GRPOConfig(beta=beta))
+    without, _ = loss_and_grad(grpo, logp, old, ref, adv, mask, grpo.GRPOConfig(beta=0.0))
+    kl = oracle.kl_k3(logp, ref)
+    expected = beta * ((kl * mask).sum(1) / mask.sum(1)).mean()
+    assert torch.isclose(with_kl - without, expected, atol=1e-6, rtol=1e-4), (
+        f"kl: raising beta from 0 to {beta} changes the loss by {with_kl - without:+.5f}; the KL penalty should "
+        f"add beta * KL = {expected:+.5f} (it is a cost: the sign must make drifting from the reference worse)")

@@ -1,0 +1,155 @@
+"""Loss: grpo_loss(). Run: pytest checks/test_loss.py [--target FILE]"""
+import pytest
+import torch
+
+from checks import oracle
+from checks.stubs import DRAWS, randint, rng
+
+pytestmark = pytest.mark.component("loss")
+
+
+def draw_inputs(gen, N, T, spread=0.4):
+    """logp, old_logp, ref_logp (N, T) float64; advantages (N,); a mask with rows of different lengths."""
+    old = -torch.rand(N, T, generator=gen, dtype=torch.float64) * 3
+    logp = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * spread  # ratios on both sides of the clip
+    ref = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.5
+    adv = torch.randn(N, generator=gen, dtype=torch.float64)
+    lengths = torch.randint(1, T + 1, (N,), generator=gen)
+    lengths[0] = T
+    mask = (torch.arange(T)[None] < lengths[:, None]).double()
+    return logp, old, ref, adv, mask
+
+
+def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg):
+    logp = logp.clone().requires_grad_()
+    loss = grpo.grpo_loss(logp, old, ref, adv, mask, cfg)
+    assert loss.dim() == 0, f"loss: grpo_loss returned shape {tuple(loss.shape)}; it should be a scalar"
+    (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+    return loss.detach().double(), (torch.zeros_like(logp) if grad is None else grad.double())
+
+
+def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg):
+    logp = logp.clone().requires_grad_()
+    loss = oracle.grpo_loss(logp, old, ref, adv, mask, cfg.clip_eps, cfg.beta)
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), grad
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_loss_matches_the_objective(grpo, seed, draw):
+    gen = rng(seed, draw, 41)
+    N = randint(gen, 2, 6)
+    T = N + randint(gen, 1, 2)  # N != T; the N == T case has its own check
+    cfg = grpo.GRPOConfig(clip_eps=[0.2, 0.1, 0.3][draw], beta=[0.04, 0.0, 0.3][draw])
+    inputs = draw_inputs(gen, N, T)
+    loss, _ = loss_and_grad(grpo, *inputs, cfg)
+    expected, _ = oracle_loss_and_grad(*inputs, cfg)
+    assert torch.isclose(loss, expected, atol=1e-5, rtol=1e-4), (
+        f"loss: {loss:.5f} where the GRPO objective (mean over rows of each row's masked token mean of "
+        f"-min(r*A, clip(r)*A) + beta*kl) is {expected:.5f} (clip_eps {cfg.clip_eps}, beta {cfg.beta})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_loss_gradient_matches_the_objective(grpo, seed, draw):
+    gen = rng(seed, draw, 42)
+    N = randint(gen, 2, 6)
+    T = N + randint(gen, 1, 2)  # N != T; the N == T case has its own check
+    cfg = grpo.GRPOConfig(clip_eps=0.2, beta=[0.0, 0.04, 0.2][draw])
+    inputs = draw_inputs(gen, N, T)
+    _, grad = loss_and_grad(grpo, *inputs, cfg)
+    _, expected = oracle_loss_and_grad(*inputs, cfg)
+    if not torch.allclose(grad, expected, atol=1e-6, rtol=1e-4):
+        n, t = divmod(int((grad - expected).abs().argmax()), T)
+        pytest.fail(f"loss: d loss / d logp at row {n}, token {t} is {grad[n, t]:.5f}, expected {expected[n, t]:.5f} "
+                    f"(ratio {torch.exp(inputs[0] - inputs[1])[n, t]:.3f}, advantage {inputs[3][n]:+.3f}, "
+                    f"mask {int(inputs[4][n, t])}); the update would push this token the wrong way or too hard")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_padding_does_not_enter_the_loss(grpo, seed, draw):
+    gen = rng(seed, draw, 43)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    cfg = grpo.GRPOConfig(beta=0.1)
+    logp, old, ref, adv, mask = draw_inputs(gen, N, T)
+    base, base_grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg)
+    # scramble everything under the mask, then append more padded columns
+    junk = lambda x: torch.where(mask.bool(), x, -torch.rand(N, T, generator=gen, dtype=torch.float64) * 9)
+    pad = lambda x: torch.cat([x, -torch.rand(N, 3, generator=gen, dtype=torch.float64) * 9], 1)
+    wide = [pad(junk(x)) for x in (logp, old, ref)]
+    loss, grad = loss_and_grad(grpo, *wide, adv, torch.cat([mask, torch.zeros(N, 3, dtype=torch.float64)], 1), cfg)
+    assert torch.isclose(loss, base, atol=1e-6, rtol=1e-5), (
+        f"loss: changing the log-probs under the completion mask and adding padded columns moves the loss from "
+        f"{base:.5f} to {loss:.5f}; padding should not enter the loss, numerator or denominator")
+    assert torch.allclose(grad[:, :T], base_grad, atol=1e-7, rtol=1e-5) and grad[:, T:].abs().max() < 1e-12, (
+        "loss: the gradient changes when only padded positions change; padded tokens should get no gradient")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_every_row_weighs_the_same(grpo, seed, draw):
+    gen = rng(seed, draw, 44)
+    T = randint(gen, 3, 6)
+    cfg = grpo.GRPOConfig(beta=0.0)
+    old = -torch.rand(2, T, generator=gen, dtype=torch.float64) * 2
+    adv = torch.tensor([1.0, -1.0], dtype=torch.float64)
+    mask = torch.ones(2, T, dtype=torch.float64)
+    mask[1, 1:] = 0  # row 0 has T tokens, row 1 has one
+    loss, grad = loss_and_grad(grpo, old, old, old, adv, mask, cfg)
+    # at ratio 1 each row contributes -A * mean over its tokens: the rows cancel exactly
+    assert abs(loss) < 1e-6, (
+        f"loss: a row of {T} tokens with advantage +1 and a row of 1 token with advantage -1 give loss {loss:.4f}; "
+        f"per the DeepSeekMath form each row is averaged over its own tokens first, so they cancel to 0")
+    expected = torch.tensor([-0.5 / T, -0.5 * -1.0], dtype=torch.float64)
+    got = torch.stack([grad[0, 0], grad[1, 0]])
+    assert torch.allclose(got, expected, atol=1e-6), (
+        f"loss: a token's gradient weight is {got.numpy().round(4).tolist()} for rows of length {T} and 1; "
+        f"with the per-row mean it is -A / (N * row length) = {expected.numpy().round(4).tolist()}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_each_row_uses_its_own_advantage(grpo, seed, draw):
+    gen = rng(seed, draw, 45)
+    N = randint(gen, 3, 6)
+    cfg = grpo.GRPOConfig(beta=0.0)
+    old = -torch.rand(N, N, generator=gen, dtype=torch.float64)  # N == T: a wrong broadcast still runs
+    adv = torch.randn(N, generator=gen, dtype=torch.float64)
+    _, grad = loss_and_grad(grpo, old, old, old, adv, torch.ones(N, N, dtype=torch.float64), cfg)
+    expected = -adv[:, None].expand(N, N) / (N * N)
+    assert torch.allclose(grad, expected, atol=1e-8), (
+        f"loss: with N == T, token t of row n is pushed by {grad[0].numpy().round(4).tolist()} (row 0); every "
+        f"token of row n should carry row n's advantage ({(-adv[0] / (N * N)).item():.4f} for row 0)")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_clipping_stops_the_push_outside_the_trust_region(grpo, seed, draw):
+    gen = rng(seed, draw, 47)
+    eps = [0.2, 0.1, 0.3][draw]
+    cfg = grpo.GRPOConfig(clip_eps=eps, beta=0.0)
+    old = -torch.rand(4, 1, generator=gen, dtype=torch.float64) - 0.5
+    ratio = torch.tensor([[1 + 2 * eps], [1 + 2 * eps], [1 - 2 * eps], [1 - 2 * eps]], dtype=torch.float64)
+    adv = torch.tensor([1.0, -1.0, 1.0, -1.0], dtype=torch.float64)
+    logp = old + ratio.log()
+    _, grad = loss_and_grad(grpo, logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
+    expected = torch.tensor([0.0, 1 + 2 * eps, -(1 - 2 * eps), 0.0], dtype=torch.float64) / 4
+    labels = ["r > 1+eps, A > 0", "r > 1+eps, A < 0", "r < 1-eps, A > 0", "r < 1-eps, A < 0"]
+    for i in range(4):
+        if abs(grad[i, 0] - expected[i]) > 1e-6:
+            pytest.fail(f"loss: with {labels[i]} the gradient is {grad[i, 0]:+.4f}, expected {expected[i]:+.4f}; "
+                        f"the pessimistic min(r*A, clip(r)*A) stops the push only where moving further would "
+                        f"help (clip_eps {eps})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_gradient_descent_raises_good_completions(grpo, seed, draw):
+    gen = rng(seed, draw, 48)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    cfg = grpo.GRPOConfig(beta=0.0)
+    old = -torch.rand(N, T, generator=gen, dtype=torch.float64) - 0.1
+    adv = torch.randn(N, generator=gen, dtype=torch.float64)
+    _, grad = loss_and_grad(grpo, old, old, old, adv, torch.ones(N, T, dtype=torch.float64), cfg)
+    step = -grad.sum(1)  # how a descent step moves each row's total log-prob
+    wrong = (step * adv < 0).nonzero()
+    assert len(wrong) == 0, (
+        f"loss: a descent step lowers the log-prob of row {int(wrong[0])}, whose advantage is "
+        f"{adv[int(wrong[0])]:+.3f}; completions better than their group should become more likely")

@@ -1,0 +1,46 @@
+"""The catalogue and the katas as data. Run: pytest tests/test_catalogue.py
+(The checks-by-bugs proof itself is `make verify`, which `make test` runs.)"""
+import re
+from collections import Counter
+
+from grpo_katas import REFERENCE
+from grpo_katas.catalogue import COMPONENTS, TIERS, kata_source, load_bugs, load_katas, plant
+
+BUGS, KATAS = load_bugs(), load_katas()
+
+
+def test_the_catalogue_is_large_and_covers_every_component():
+    assert len(BUGS) >= 30
+    assert set(b.component for b in BUGS.values()) == set(COMPONENTS)
+    assert all(b.what and b.symptom and b.checks for b in BUGS.values())
+
+
+def test_every_bug_plants_alone():
+    for bug in BUGS.values():
+        assert plant(REFERENCE.read_text(), [bug]) != REFERENCE.read_text(), bug.id
+
+
+def test_katas_are_the_reference_plus_their_bugs():
+    stale = [k.name for k in KATAS if k.loop.read_text() != kata_source(k, BUGS)]
+    assert not stale, f"rebuild with `make katas`: {stale}"
+
+
+def test_tiers_and_counts():
+    tiers = Counter(k.tier for k in KATAS)
+    assert len(KATAS) >= 24 and set(tiers) <= set(TIERS)
+    assert tiers["warm-up"] >= 8 and tiers["practice"] >= 8 and tiers["interview"] >= 6
+    for k in KATAS:
+        n = {"warm-up": (1, 1), "practice": (2, 3), "interview": (4, 6)}[k.tier]
+        assert n[0] <= len(k.bugs) <= n[1], k.name
+        assert len(k.hints) == 3 and k.minutes > 0 and all(b in BUGS for b in k.bugs)
+    interview_components = [{BUGS[b].component for b in k.bugs} for k in KATAS if k.tier == "interview"]
+    assert all(len(c) >= 4 for c in interview_components)
+
+
+def test_nothing_in_a_kata_gives_a_bug_away():
+    tell = re.compile(r"bug|wrong|fixme|todo|xxx|hack|broken", re.IGNORECASE)
+    for bug in BUGS.values():
+        for _, replace in bug.edits:
+            assert not tell.search(replace), (bug.id, replace)
+    for k in KATAS:
+        assert not any(b.split("-")[0] in k.slug for b in k.bugs if len(b.split("-")[0]) > 4), k.name

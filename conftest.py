@@ -27,6 +27,9 @@ HELP_TARGET = "Python file implementing the GRPO contract (repeatable; default: 
 HELP_SEED = "base seed for every randomly drawn shape and value in the checks (default: 0)"
 
 
+TARGETS = pytest.StashKey[dict]()  # path -> loaded module, in --target order
+
+
 class TargetError(Exception):
     """A target file that cannot be loaded; the message names the file and line."""
 
@@ -87,8 +90,6 @@ def pytest_configure(config):
             raise pytest.UsageError(f"cannot load the target: {exc}") from None
     config.stash[TARGETS] = targets
 
-
-TARGETS = pytest.StashKey[dict]()
 
 
 def pytest_report_header(config):

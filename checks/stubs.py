@@ -89,3 +89,23 @@ def random_batch(gen, N, vocab_size, T, eos_id=1, pad_id=0, min_prompt=1, max_pr
             comp_mask[n, e + 1:] = 0
     return (torch.cat([prompt_ids, comp], 1), torch.cat([prompt_mask, comp_att], 1), comp_mask,
             prompt_ids.shape[1])
+
+
+def draw_loss_inputs(gen, N, T, spread=0.4):
+    """logp, old_logp, ref_logp (N, T) float64; advantages (N,); a mask with rows of different lengths."""
+    old = -torch.rand(N, T, generator=gen, dtype=torch.float64) * 3
+    logp = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * spread  # ratios on both sides of the clip
+    ref = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.5
+    adv = torch.randn(N, generator=gen, dtype=torch.float64)
+    lengths = torch.randint(1, T + 1, (N,), generator=gen)
+    lengths[0] = T
+    mask = (torch.arange(T)[None] < lengths[:, None]).double()
+    return logp, old, ref, adv, mask
+
+
+def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg):
+    logp = logp.clone().requires_grad_()
+    loss = grpo.grpo_loss(logp, old, ref, adv, mask, cfg)
+    assert loss.dim() == 0, f"loss: grpo_loss returned shape {tuple(loss.shape)}; it should be a scalar"
+    (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+    return loss.detach().double(), (torch.zeros_like(logp) if grad is None else grad.double())

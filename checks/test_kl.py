@@ -3,8 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, randint, rng
-from checks.test_loss import draw_inputs, loss_and_grad
+from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, randint, rng
 
 pytestmark = pytest.mark.component("kl")
 
@@ -44,7 +43,7 @@ def test_kl_term_enters_with_beta(grpo, seed, draw):
     N = randint(gen, 2, 5)
     T = N + randint(gen, 1, 2)
     beta = [0.04, 0.1, 0.5][draw]
-    logp, old, ref, adv, mask = draw_inputs(gen, N, T)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
     with_kl, _ = loss_and_grad(grpo, logp, old, ref, adv, mask, grpo.GRPOConfig(beta=beta))
     without, _ = loss_and_grad(grpo, logp, old, ref, adv, mask, grpo.GRPOConfig(beta=0.0))
     kl = oracle.kl_k3(logp, ref)

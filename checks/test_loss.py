@@ -3,29 +3,9 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, randint, rng
+from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, randint, rng
 
 pytestmark = pytest.mark.component("loss")
-
-
-def draw_inputs(gen, N, T, spread=0.4):
-    """logp, old_logp, ref_logp (N, T) float64; advantages (N,); a mask with rows of different lengths."""
-    old = -torch.rand(N, T, generator=gen, dtype=torch.float64) * 3
-    logp = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * spread  # ratios on both sides of the clip
-    ref = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.5
-    adv = torch.randn(N, generator=gen, dtype=torch.float64)
-    lengths = torch.randint(1, T + 1, (N,), generator=gen)
-    lengths[0] = T
-    mask = (torch.arange(T)[None] < lengths[:, None]).double()
-    return logp, old, ref, adv, mask
-
-
-def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg):
-    logp = logp.clone().requires_grad_()
-    loss = grpo.grpo_loss(logp, old, ref, adv, mask, cfg)
-    assert loss.dim() == 0, f"loss: grpo_loss returned shape {tuple(loss.shape)}; it should be a scalar"
-    (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
-    return loss.detach().double(), (torch.zeros_like(logp) if grad is None else grad.double())
 
 
 def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg):
@@ -41,7 +21,7 @@ def test_loss_matches_the_objective(grpo, seed, draw):
     N = randint(gen, 2, 6)
     T = N + randint(gen, 1, 2)  # N != T; the N == T case has its own check
     cfg = grpo.GRPOConfig(clip_eps=[0.2, 0.1, 0.3][draw], beta=[0.04, 0.0, 0.3][draw])
-    inputs = draw_inputs(gen, N, T)
+    inputs = draw_loss_inputs(gen, N, T)
     loss, _ = loss_and_grad(grpo, *inputs, cfg)
     expected, _ = oracle_loss_and_grad(*inputs, cfg)
     assert torch.isclose(loss, expected, atol=1e-5, rtol=1e-4), (
@@ -55,7 +35,7 @@ def test_loss_gradient_matches_the_objective(grpo, seed, draw):
     N = randint(gen, 2, 6)
     T = N + randint(gen, 1, 2)  # N != T; the N == T case has its own check
     cfg = grpo.GRPOConfig(clip_eps=0.2, beta=[0.0, 0.04, 0.2][draw])
-    inputs = draw_inputs(gen, N, T)
+    inputs = draw_loss_inputs(gen, N, T)
     _, grad = loss_and_grad(grpo, *inputs, cfg)
     _, expected = oracle_loss_and_grad(*inputs, cfg)
     if not torch.allclose(grad, expected, atol=1e-6, rtol=1e-4):
@@ -71,7 +51,7 @@ def test_padding_does_not_enter_the_loss(grpo, seed, draw):
     N = randint(gen, 2, 5)
     T = N + randint(gen, 1, 2)
     cfg = grpo.GRPOConfig(beta=0.1)
-    logp, old, ref, adv, mask = draw_inputs(gen, N, T)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
     base, base_grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg)
     # scramble everything under the mask, then append more padded columns
     junk = lambda x: torch.where(mask.bool(), x, -torch.rand(N, T, generator=gen, dtype=torch.float64) * 9)

@@ -8,12 +8,21 @@ export PYTHONWARNINGS := ignore:Failed to initialize NumPy
 TARGET  ?= solutions/grpo.py
 SEED    ?= 0
 
-.PHONY: help setup test check verify katas
+CLI     := $(PYTHON) -m grpo_katas.cli
+
+.PHONY: help setup test check verify katas kata run watch hint solution reset list
 
 help:
 	@echo "make setup                  create .venv with the pinned dependencies"
 	@echo "make test                   the repository's tests, the checks on the reference, and make verify"
-	@echo "make check TARGET=path      run the hidden checks against any file implementing the contract"
+	@echo "make kata N=3               show kata 3's brief and start (or resume) your working copy in work/"
+	@echo "make run N=3                train your copy briefly with a live display"
+	@echo "make check N=3              run the hidden checks on your copy (or TARGET=path for any file)"
+	@echo "make watch N=3              rerun the checks whenever your copy is saved"
+	@echo "make hint N=3               the next hint"
+	@echo "make solution N=3 [FORCE=1] the diff to the reference and why each bug matters"
+	@echo "make reset N=3 [YES=1]      back up your copy and restore the pristine kata"
+	@echo "make list                   every kata and your progress"
 	@echo "make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
 	@echo "make katas                  rebuild katas/*/grpo.py from the reference after editing it"
 
@@ -30,7 +39,23 @@ test: $(STAMP)
 	$(PYTHON) -m grpo_katas.verify
 
 check: $(STAMP)
+ifdef N
+	@$(CLI) check "$(N)"
+else
 	$(PYTHON) -m pytest -q checks --target "$(TARGET)" --seed $(SEED)
+endif
+
+kata run watch hint: $(STAMP)
+	@$(CLI) $@ "$(N)"
+
+solution: $(STAMP)
+	@$(CLI) solution "$(N)" $(if $(FORCE),--force)
+
+reset: $(STAMP)
+	@$(CLI) reset "$(N)" $(if $(YES),--yes)
+
+list: $(STAMP)
+	@$(CLI) list
 
 verify: $(STAMP)
 	$(PYTHON) -m grpo_katas.verify

@@ -1,0 +1,388 @@
+"""The practice CLI: `python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends.
+
+    kata N       show the brief; create (or resume) your working copy in work/NN-slug/grpo.py
+    run N        train your copy briefly with a live display of step, reward, KL and loss
+    check N      run the hidden checks on your copy: a table by component and how many bugs are fixed
+    watch N      rerun check whenever your copy is saved (Ctrl-C to stop)
+    hint N       the next step of the hint ladder, one at a time
+    solution N   once solved (or with --force, recorded): the diff to the reference, one explanation per bug
+    reset N      back up your copy, then restore the pristine kata (asks first; --yes for scripts)
+    list         every kata with tier, time box and status
+
+Your work lives in work/ (git-ignored). No command overwrites it without a timestamped backup, and progress is
+kept in work/state.json, written atomically; a corrupt state file is set aside and reported, never fatal.
+"""
+import argparse
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from rich.console import Console
+from rich.live import Live
+from rich.panel import Panel
+from rich.progress import BarColumn, Progress, TextColumn
+from rich.syntax import Syntax
+from rich.table import Table
+
+from grpo_katas import REFERENCE, ROOT
+from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, load_bugs, load_katas
+
+WORK = ROOT / "work"
+CHECK_TIMEOUT_S = 300
+console = Console(highlight=False)
+
+
+class UserError(Exception):
+    """Something the user can fix: shown as one line, exit status 2."""
+
+
+# --- state: work/state.json ---------------------------------------------------------------------------
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def load_state() -> dict:
+    path = WORK / "state.json"
+    if not path.exists():
+        return {"katas": {}}
+    try:
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict) or not isinstance(state.get("katas"), dict):
+            raise ValueError("not a state object")
+        return state
+    except (ValueError, UnicodeDecodeError) as exc:
+        aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
+        path.rename(aside)
+        console.print(f"[yellow]progress file {path} was unreadable ({exc}); set aside as {aside.name}, "
+                      f"starting fresh. Your work files are untouched.[/]")
+        return {"katas": {}}
+
+
+def save_state(state: dict) -> None:
+    WORK.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=WORK, prefix=".state-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, WORK / "state.json")
+
+
+def progress_of(state: dict, kata) -> dict:
+    return state["katas"].setdefault(str(kata.number), {"hints": 0})
+
+
+# --- helpers -------------------------------------------------------------------------------------------
+
+def kata_or_fail(number):
+    if number in (None, ""):
+        valid = ", ".join(str(k.number) for k in load_katas())
+        raise UserError(f"which kata? give its number, e.g. `make kata N=1`; valid: {valid}")
+    try:
+        kata = find_kata(number)
+    except CatalogueError as exc:
+        raise UserError(str(exc)) from None
+    if not kata.loop.exists():
+        raise UserError(f"{kata.loop} is missing; restore it with `git checkout -- {kata.loop.relative_to(ROOT)}` "
+                        f"or rebuild the katas with `make katas`")
+    return kata
+
+
+def working_copy(kata) -> Path:
+    return WORK / kata.name / "grpo.py"
+
+
+def require_copy(kata) -> Path:
+    path = working_copy(kata)
+    if not path.exists():
+        raise UserError(f"no working copy of kata {kata.number} yet; start it with `make kata N={kata.number}`")
+    return path
+
+
+def python_env() -> dict:
+    return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+
+
+def elapsed(p: dict) -> float:
+    start = datetime.fromisoformat(p["started"]) if "started" in p else datetime.now(timezone.utc)
+    return (datetime.now(timezone.utc) - start).total_seconds()
+
+
+def minutes(seconds: float) -> str:
+    return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
+
+
+# --- commands ------------------------------------------------------------------------------------------
+
+def scenario(kata) -> str:
+    """The brief without its title line and its closing how-to line."""
+    return "\n\n".join(kata.brief.strip().split("\n\n")[1:-1])
+
+
+def cmd_kata(args) -> int:
+    kata = kata_or_fail(args.n)
+    state = load_state()
+    p = progress_of(state, kata)
+    path = working_copy(kata)
+    if path.exists():
+        note = f"Resuming your working copy (left as it is): {path.relative_to(ROOT)}"
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kata.loop, path)
+        note = f"Your working copy: {path.relative_to(ROOT)}"
+    p.setdefault("started", now())
+    save_state(state)
+    body = (f"[bold]{kata.title}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
+            f"bugs: {len(kata.bugs)}\n\n{scenario(kata)}\n\n"
+            f"{note}\n"
+            f"See the symptom:  make run N={kata.number}\n"
+            f"Check your fix:   make check N={kata.number}   (or make watch N={kata.number})\n"
+            f"Stuck?            make hint N={kata.number}")
+    console.print(Panel(body, title=f"kata {kata.number}: {kata.name}", expand=False))
+    return 0
+
+
+def cmd_run(args) -> int:
+    kata = kata_or_fail(args.n)
+    path = require_copy(kata)
+    cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), "--steps", str(args.steps),
+           "--temperature", str(args.temperature)]
+    table = Table("step", "reward", "kl", "loss", "clip", "len", title=f"kata {kata.number}: {path.name}")
+    last = None
+    with Live(table, console=console, refresh_per_second=8):
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        for line in proc.stdout:
+            try:
+                ev = json.loads(line)
+            except ValueError:
+                continue  # the candidate printed something of their own
+            last = ev
+            if ev["event"] == "step":
+                g = ev.get
+                table.add_row(f"{g('step', 0):.0f}", fmt(g("reward_mean")), fmt(g("kl"), 4), fmt(g("loss"), 4),
+                              fmt(g("clip_frac"), 2), fmt(g("completion_len"), 1))
+        proc.wait()
+    console.print()
+    if last and last["event"] == "crash":
+        console.print(Panel(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}",
+                            title="your loop raised", border_style="red", expand=False))
+        return 1
+    if last and last["event"] == "error":
+        console.print(f"[red]cannot load your file: {last['message']}[/]")
+        return 1
+    if not last or last["event"] != "done":
+        console.print(f"[red]the run ended without finishing (exit status {proc.returncode}); "
+                      f"{proc.stderr.read().strip().splitlines()[-1:] or ''}[/]")
+        return 1
+    return 0
+
+
+def fmt(v, digits=3) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
+
+
+def run_checks(path: Path) -> dict:
+    """{check: {passed, message}} for one file, in a fresh process; raises UserError when it cannot be judged."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [sys.executable, "-m", "grpo_katas.matrix", "--seed", "0", "--out", str(out), str(path)]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=python_env(), capture_output=True, text=True,
+                              timeout=CHECK_TIMEOUT_S)
+        data = json.loads(out.read_text()) if out.stat().st_size else None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"the checks did not finish in {CHECK_TIMEOUT_S} s: does your loop hang?") from None
+    finally:
+        out.unlink(missing_ok=True)
+    text = proc.stdout + proc.stderr
+    if "cannot load the target" in text:
+        line = next(l for l in text.splitlines() if "cannot load the target" in l)
+        raise UserError(line.replace("ERROR: ", "").strip())
+    if data is None or not data["results"] or not data["results"][0]:
+        raise UserError(f"the checks could not run on {path} (exit status {proc.returncode})")
+    return data["results"][0]
+
+
+def check_table(results: dict, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("component", "checks", "result", "first failure"):
+        table.add_column(col, overflow="fold")
+    for comp in COMPONENTS:
+        mine = {c: r for c, r in results.items() if c.split("::")[0] == comp}
+        failed = [r for r in mine.values() if not r["passed"]]
+        verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
+        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, failed[0]["message"] if failed else "")
+    return table
+
+
+def fixed_bugs(kata, bugs, results) -> int:
+    """A planted bug counts as fixed once every check of its own component that it trips passes again."""
+    count = 0
+    for b in kata.bugs:
+        own = [c for c in bugs[b].checks if c.split("::")[0] == bugs[b].component]
+        count += all(results.get(c, {"passed": False})["passed"] for c in own)
+    return count
+
+
+def cmd_check(args) -> int:
+    kata = kata_or_fail(args.n)
+    path = require_copy(kata)
+    results = run_checks(path)
+    bugs = load_bugs()
+    console.print(check_table(results, f"kata {kata.number}: {path.relative_to(ROOT)}"))
+    n_fixed, n_failed = fixed_bugs(kata, bugs, results), sum(not r["passed"] for r in results.values())
+    console.print(f"{n_fixed} of {len(kata.bugs)} bugs fixed; {len(results) - n_failed} of {len(results)} checks pass")
+    if n_failed:
+        return 1
+    state = load_state()
+    p = progress_of(state, kata)
+    if not p.get("solved"):
+        p["solved"], p["seconds"] = now(), elapsed(p)
+        save_state(state)
+    console.print(f"[bold green]Solved[/] in {minutes(p['seconds'])} (time box {kata.minutes} min), "
+                  f"{p['hints']} hint(s). See the explanation: make solution N={kata.number}")
+    return 0
+
+
+def cmd_watch(args) -> int:
+    kata = kata_or_fail(args.n)
+    path = require_copy(kata)
+    console.print(f"watching {path.relative_to(ROOT)}; save it to rerun the checks, Ctrl-C to stop")
+    seen = None
+    try:
+        while True:
+            stamp = path.stat().st_mtime_ns if path.exists() else None
+            if stamp != seen:
+                seen = stamp
+                console.rule(datetime.now().strftime("%H:%M:%S"))
+                try:
+                    cmd_check(args)
+                except UserError as exc:
+                    console.print(f"[red]{exc}[/]")
+            time.sleep(args.interval)
+    except KeyboardInterrupt:
+        return 0
+
+
+def cmd_hint(args) -> int:
+    kata = kata_or_fail(args.n)
+    state = load_state()
+    p = progress_of(state, kata)
+    level = min(p["hints"] + 1, len(kata.hints))
+    p["hints"] = max(p["hints"], level)
+    save_state(state)
+    tail = "" if level < len(kata.hints) else " (the last one)"
+    console.print(Panel(kata.hints[level - 1], title=f"hint {level} of {len(kata.hints)}{tail}", expand=False))
+    return 0
+
+
+def cmd_solution(args) -> int:
+    kata = kata_or_fail(args.n)
+    state = load_state()
+    p = progress_of(state, kata)
+    if not p.get("solved") and not args.force:
+        raise UserError(f"kata {kata.number} is not solved yet; `make check N={kata.number}` must pass first "
+                        f"(or `make solution N={kata.number} FORCE=1` to reveal it anyway, which is recorded)")
+    if not p.get("solved"):
+        p["revealed_unsolved"] = now()
+        save_state(state)
+    bugs = load_bugs()
+    diff = difflib.unified_diff(kata.loop.read_text().splitlines(), REFERENCE.read_text().splitlines(),
+                                f"katas/{kata.name}/grpo.py", "solutions/grpo.py", lineterm="", n=2)
+    console.print(Syntax("\n".join(diff), "diff", theme="ansi_dark", word_wrap=True))
+    for b in kata.bugs:
+        bug = bugs[b]
+        thread = f"\n[dim]seen in: {bug.thread}[/]" if bug.thread else ""
+        console.print(Panel(f"{bug.what}\n\n[italic]symptom:[/] {bug.symptom}{thread}",
+                            title=f"{bug.id} ({bug.component})", expand=False))
+    return 0
+
+
+def cmd_reset(args) -> int:
+    kata = kata_or_fail(args.n)
+    path = working_copy(kata)
+    if path.exists():
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise UserError("reset asks for confirmation; pass --yes (make reset N=.. YES=1) to do it unattended")
+            if input(f"Back up and restore the pristine kata {kata.number}? [y/N] ").strip().lower() != "y":
+                console.print("nothing changed")
+                return 1
+        backup = path.parent / "backups" / f"grpo-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.py"
+        backup.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, backup)
+        console.print(f"your copy is saved as {backup.relative_to(ROOT)}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kata.loop, path)
+    state = load_state()
+    old = state["katas"].pop(str(kata.number), None)
+    history = (old or {}).pop("history", []) + ([old] if old else [])
+    state["katas"][str(kata.number)] = {"hints": 0, "started": now(), "history": history}
+    save_state(state)
+    console.print(f"restored the pristine kata at {path.relative_to(ROOT)}")
+    return 0
+
+
+def cmd_list(args) -> int:
+    state = load_state()
+    katas = load_katas()
+    table = Table("N", "kata", "tier", "time box", "status", "time", "hints")
+    solved = 0
+    for k in katas:
+        p = state["katas"].get(str(k.number), {})
+        if p.get("solved"):
+            solved += 1
+            status, spent = "[green]solved[/]", minutes(p["seconds"])
+        elif working_copy(k).exists():
+            status, spent = "[yellow]in progress[/]", minutes(elapsed(p)) if "started" in p else ""
+        else:
+            status, spent = "not started", ""
+        table.add_row(str(k.number), k.title, k.tier, f"{k.minutes} min", status, spent, str(p.get("hints", 0) or ""))
+    console.print(table)
+    bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
+                   console=console)
+    bar.add_task("", total=len(katas), completed=solved)
+    bar.start()
+    bar.stop()
+    return 0
+
+
+COMMANDS = {"kata": cmd_kata, "run": cmd_run, "check": cmd_check, "watch": cmd_watch, "hint": cmd_hint,
+            "solution": cmd_solution, "reset": cmd_reset, "list": cmd_list}
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="grpo-katas", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        s = sub.add_parser(name)
+        if name != "list":
+            s.add_argument("n", nargs="?", default=None, help="the kata number")
+    sub.choices["run"].add_argument("--steps", type=int, default=30)
+    sub.choices["run"].add_argument("--temperature", type=float, default=1.0)
+    sub.choices["watch"].add_argument("--interval", type=float, default=0.5)
+    sub.choices["solution"].add_argument("--force", action="store_true", help="reveal before solving (recorded)")
+    sub.choices["reset"].add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    return p
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UserError as exc:
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""The practice CLI, driven in subprocesses on a temporary copy of the repository. Run: pytest tests/test_cli.py"""
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from grpo_katas import ROOT
+
+
+@pytest.fixture
+def repo(tmp_path):
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, tmp_path / f)
+    return tmp_path
+
+
+def cli(repo, *args, stdin=subprocess.DEVNULL):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", *args], cwd=repo, capture_output=True, text=True,
+                       stdin=stdin, timeout=300, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin",
+                                                      "PYTHONWARNINGS": "ignore"})
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    return r.returncode, r.stdout + r.stderr
+
+
+def copy_of(repo, n=1):
+    return next((repo / "work").glob(f"{n:02d}-*/grpo.py"))
+
+
+def state(repo):
+    return json.loads((repo / "work" / "state.json").read_text())
+
+
+def test_start_then_resume_never_overwrites(repo):
+    code, out = cli(repo, "kata", "1")
+    assert code == 0 and "work/01-" in out and "time box" in out
+    copy_of(repo).write_text(copy_of(repo).read_text() + "\n# my notes\n")
+    code, out = cli(repo, "kata", "1")
+    assert code == 0 and "Resuming" in out
+    assert copy_of(repo).read_text().endswith("# my notes\n")
+    assert "started" in state(repo)["katas"]["1"]
+
+
+def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "check", "1")
+    assert code == 1 and "0 of 1 bugs fixed" in out and "fail" in out
+    shutil.copyfile(repo / "solutions" / "grpo.py", copy_of(repo))
+    code, out = cli(repo, "check", "1")
+    assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out
+    assert state(repo)["katas"]["1"]["solved"]
+    code, out = cli(repo, "list")
+    assert code == 0 and "solved" in out and "1/24 solved" in out
+
+
+def test_hints_come_in_order_and_are_remembered(repo):
+    ladder = [cli(repo, "hint", "2")[1] for _ in range(4)]
+    assert ["hint 1 of 3" in ladder[0], "hint 2 of 3" in ladder[1], "hint 3 of 3" in ladder[2]] == [True] * 3
+    assert "hint 3 of 3" in ladder[3] and state(repo)["katas"]["2"]["hints"] == 3
+
+
+def test_solution_is_refused_before_solving_and_a_forced_reveal_is_recorded(repo):
+    code, out = cli(repo, "solution", "1")
+    assert code == 2 and "not solved yet" in out
+    code, out = cli(repo, "solution", "1", "--force")
+    assert code == 0 and "kl-sign-flipped" in out and "solutions/grpo.py" in out
+    assert state(repo)["katas"]["1"]["revealed_unsolved"]
+
+
+def test_reset_asks_then_keeps_a_backup(repo):
+    cli(repo, "kata", "1")
+    copy_of(repo).write_text("my work\n")
+    code, out = cli(repo, "reset", "1")
+    assert code == 2 and "--yes" in out and copy_of(repo).read_text() == "my work\n"
+    code, out = cli(repo, "reset", "1", "--yes")
+    assert code == 0
+    backups = list(copy_of(repo).parent.glob("backups/*.py"))
+    assert [b.read_text() for b in backups] == ["my work\n"]
+    assert copy_of(repo).read_text() == next(repo.glob("katas/01-*/grpo.py")).read_text()
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["kata", "99"], "there is no kata 99; valid: 1, 2"),
+    (["kata", "three"], "N must be a kata number"),
+    (["kata"], "which kata?"),
+    (["check", "4"], "no working copy of kata 4"),
+])
+def test_bad_input_is_one_clear_line(repo, args, expected):
+    code, out = cli(repo, *args)
+    assert code == 2 and expected in out
+
+
+def test_a_deleted_kata_file_says_how_to_restore_it(repo):
+    next(repo.glob("katas/05-*/grpo.py")).unlink()
+    code, out = cli(repo, "kata", "5")
+    assert code == 2 and "missing" in out and "make katas" in out
+
+
+def test_a_syntax_error_in_the_working_copy_names_file_and_line(repo):
+    cli(repo, "kata", "1")
+    copy_of(repo).write_text(copy_of(repo).read_text() + "\ndef broken(:\n")
+    code, out = cli(repo, "check", "1")
+    assert code == 2 and "SyntaxError" in out and "grpo.py:" in out
+
+
+def test_a_corrupt_state_file_is_set_aside_and_work_is_kept(repo):
+    cli(repo, "kata", "1")
+    copy_of(repo).write_text("my work\n")
+    (repo / "work" / "state.json").write_text("{not json")
+    code, out = cli(repo, "list")
+    assert code == 0 and "set aside" in out
+    assert list((repo / "work").glob("state.json.corrupt-*")) and copy_of(repo).read_text() == "my work\n"
+
+
+def test_run_shows_a_crash_as_the_candidates_own_error(repo):
+    cli(repo, "kata", "9")
+    code, out = cli(repo, "run", "9", "--steps", "12")
+    assert code == 1 and "your loop raised" in out and "grpo.py:" in out
+
+
+def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
+    import signal
+    import time
+    cli(repo, "kata", "1")
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "watch", "1", "--interval", "0.2"], cwd=repo,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"})
+    deadline = time.time() + 120
+    seen = ""
+    while "bugs fixed" not in seen and time.time() < deadline:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "0 of 1 bugs fixed" in seen and proc.returncode == 0 and "Traceback" not in seen + out

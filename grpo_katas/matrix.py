@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from grpo_katas import CHECKS, ROOT
+from grpo_katas.tripwire import Tripwire, foreign_origins
 
 
 def check_id(item) -> str:
@@ -24,15 +25,27 @@ def check_id(item) -> str:
 class Collector:
     """Per target index and check: passed (bool) and the first failure's message."""
 
-    def __init__(self, targets):
+    def __init__(self, targets, forbidden=()):
         self.index = {str(Path(t).resolve()): i for i, t in enumerate(targets)}
         self.ids = {}
         self.results = defaultdict(dict)
+        self.tripwire = Tripwire()  # before pytest imports any target
+        self.forbidden = [Path(f).resolve() for f in forbidden]
+        self.foreign = []
 
     def pytest_collection_modifyitems(self, items):
+        modules = {}
         for item in items:
             module = item.callspec.params["grpo"]
+            modules[module.__name__] = module
             self.ids[item.nodeid] = (self.index[str(Path(module.__file__).resolve())], check_id(item))
+        if self.forbidden:
+            for module in modules.values():
+                self.foreign += foreign_origins(module, self.forbidden)
+        self.tripwire.check()
+
+    def pytest_runtest_teardown(self, item):
+        self.tripwire.check()
 
     def pytest_runtest_logreport(self, report):
         if report.nodeid not in self.ids or (report.when != "call" and report.passed):
@@ -52,25 +65,33 @@ def failure_message(report) -> str:
     return text.split("\nassert ")[0].strip()
 
 
-def run(targets, seed: int, extra=()) -> tuple:
-    """(exit code, [{check: {passed, message}} per target]). Runs in this process."""
-    collector = Collector(targets)
-    args = [str(CHECKS), "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT), f"--seed={seed}",
+def run(targets, seed: int, extra=(), checks=CHECKS, forbidden=()) -> tuple:
+    """(exit code, [{check: {passed, message}} per target], collector). Runs in this process."""
+    collector = Collector(targets, forbidden)
+    root = Path(checks).resolve().parent
+    args = [str(checks), "-q", "-p", "no:cacheprovider", "--rootdir", str(root), f"--seed={seed}",
             "--no-header", "-o", "console_output_style=classic", *extra]
     args += [f"--target={t}" for t in targets]
     code = pytest.main(args, plugins=[collector])
-    return int(code), [collector.results.get(i, {}) for i in range(len(targets))]
+    collector.tripwire.check()
+    return int(code), [collector.results.get(i, {}) for i in range(len(targets))], collector
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--checks", default=str(CHECKS), help="the checks folder (its parent holds the conftest)")
+    parser.add_argument("--forbid", action="append", default=[], help="a folder the targets must not load from")
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args(argv)
-    code, results = run(args.targets, args.seed, extra=["--tb=no"])
+    code, results, collector = run(args.targets, args.seed, extra=["--tb=no"], checks=args.checks,
+                                   forbidden=args.forbid)
+    report = {"exit_code": code, "targets": args.targets, "results": results,
+              "tampered": collector.tripwire.tampered, "foreign": collector.foreign}
     with open(args.out, "w") as f:
-        json.dump({"exit_code": code, "targets": args.targets, "results": results}, f)
+        json.dump(report, f)
+    return code
 
 
 if __name__ == "__main__":

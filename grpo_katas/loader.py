@@ -2,12 +2,13 @@
 TargetError line that names the file and line. Used by the checks' conftest and by the practice CLI."""
 import hashlib
 import importlib.util
+import os
 import signal
 import sys
 import traceback
 from pathlib import Path
 
-IMPORT_TIMEOUT_S = 30
+IMPORT_TIMEOUT_S = int(os.environ.get("GRPO_KATAS_IMPORT_TIMEOUT", "30"))
 
 
 class TargetError(Exception):

@@ -10,7 +10,7 @@ SEED    ?= 0
 
 CLI     := $(PYTHON) -m grpo_katas.cli
 
-.PHONY: help setup test check verify katas kata run watch hint solution reset list
+.PHONY: help setup test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade
 
 help:
 	@echo "make setup                  create .venv with the pinned dependencies"
@@ -23,6 +23,10 @@ help:
 	@echo "make solution N=3 [FORCE=1] the diff to the reference and why each bug matters"
 	@echo "make reset N=3 [YES=1]      back up your copy and restore the pristine kata"
 	@echo "make list                   every kata and your progress"
+	@echo "make mock [N=] [TIER=] [MINUTES=]  a timed mock interview round; make mock-end writes the scorecard"
+	@echo "make mock-notes N=7         the interviewer's sheet: planted bugs, hints, rubric"
+	@echo "make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix: results.json, junit.xml, summary.md"
+	@echo "make bundle N=7 OUT=dir     the candidate's bundle for a live round (no checks, no solutions)"
 	@echo "make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
 	@echo "make katas                  rebuild katas/*/grpo.py from the reference after editing it"
 
@@ -62,3 +66,18 @@ verify: $(STAMP)
 
 katas: $(STAMP)
 	$(PYTHON) -m grpo_katas.catalogue build
+
+mock: $(STAMP)
+	@$(CLI) mock "$(N)" $(if $(TIER),--tier $(TIER)) $(if $(MINUTES),--minutes $(MINUTES))
+
+mock-notes: $(STAMP)
+	@$(CLI) mock-notes "$(N)"
+
+mock-end: $(STAMP)
+	@$(CLI) mock-end
+
+bundle: $(STAMP)
+	@$(CLI) bundle "$(N)" "$(OUT)"
+
+grade: $(STAMP)
+	@$(PYTHON) -m grpo_katas.grade "$(N)" "$(SUBMISSION)" "$(OUT)"

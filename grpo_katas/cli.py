@@ -8,6 +8,10 @@
     solution N   once solved (or with --force, recorded): the diff to the reference, one explanation per bug
     reset N      back up your copy, then restore the pristine kata (asks first; --yes for scripts)
     list         every kata with tier, time box and status
+    mock [N]     a mock interview round: a kata you have not solved (or N), its brief and a visible countdown
+    mock-notes N the interviewer's sheet: the planted bugs, the hint ladder and the rubric
+    mock-end     end the round: a scorecard in Markdown and JSON in work/rounds/, never overwriting one
+    bundle N OUT what a candidate gets for a live round: the loop, its brief and the lab, nothing else
 
 Your work lives in work/ (git-ignored). No command overwrites it without a timestamped backup, and progress is
 kept in work/state.json, written atomically; a corrupt state file is set aside and reported, never fatal.
@@ -26,6 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.syntax import Syntax
@@ -354,8 +359,160 @@ def cmd_list(args) -> int:
     return 0
 
 
+RUBRIC = [
+    ("hypothesis", "states what the symptom implies before touching code"),
+    ("reproduction", "makes the symptom show on demand (a run, a print, a tiny test)"),
+    ("root cause", "names the property that is violated, not just the line"),
+    ("fix", "the smallest change that restores the property, and nothing else broken"),
+    ("explanation", "says why it matters for training, with the paper or the common implementations as backup"),
+]
+
+
+def cmd_mock(args) -> int:
+    state = load_state()
+    active = state.get("round")
+    if active and args.n not in (None, "", str(active["kata"])):
+        raise UserError(f"a round on kata {active['kata']} is in progress; end it with `make mock-end` first")
+    if not active:
+        kata = pick_for_round(state, args)
+        args.n = str(kata.number)
+        cmd_kata(args)
+        state = load_state()
+        box = args.minutes if args.minutes else kata.minutes
+        state["round"] = {"kata": kata.number, "started": now(), "minutes": box,
+                          "hints_at_start": progress_of(state, kata)["hints"]}
+        save_state(state)
+        active = state["round"]
+    else:
+        console.print(f"resuming the round on kata {active['kata']}")
+    countdown(active)
+    return 0
+
+
+def pick_for_round(state, args):
+    if args.n not in (None, ""):
+        return kata_or_fail(args.n)
+    katas = [k for k in load_katas() if (not args.tier or k.tier == args.tier)
+             and not state["katas"].get(str(k.number), {}).get("solved")]
+    if not katas:
+        raise UserError(f"every {args.tier + ' ' if args.tier else ''}kata is solved; name one with N=")
+    return katas[int(time.time()) % len(katas)]
+
+
+def countdown(active) -> None:
+    """A live clock with a nudge at half time and at the end, and no cut-off: Ctrl-C leaves the round running."""
+    total = float(active["minutes"]) * 60
+    started = datetime.fromisoformat(active["started"])
+    said = set()
+    console.print("the clock runs until Ctrl-C; the round stays open until `make mock-end`")
+    try:
+        with Live(console=console, refresh_per_second=2, transient=True) as live:
+            while True:
+                spent = (datetime.now(timezone.utc) - started).total_seconds()
+                left = total - spent
+                if spent >= total / 2 and "half" not in said:
+                    said.add("half")
+                    live.console.print(f"[yellow]half time: {minutes(total / 2)} used, {minutes(left)} left[/]")
+                if left <= 0 and "end" not in said:
+                    said.add("end")
+                    live.console.print("[bold red]time is up[/]: the interviewer decides whether to go on")
+                clock = f"{minutes(left)} left" if left > 0 else f"[red]{minutes(-left)} over[/]"
+                live.update(Panel(clock, title=f"kata {active['kata']}", expand=False))
+                time.sleep(0.25)
+    except KeyboardInterrupt:
+        console.print("clock stopped; end the round with `make mock-end`")
+
+
+def cmd_mock_notes(args) -> int:
+    kata = kata_or_fail(args.n)
+    bugs = load_bugs()
+    console.print(Panel(f"[bold]{kata.title}[/]  {kata.tier}, {kata.minutes} min, {len(kata.bugs)} bug(s)",
+                        title=f"interviewer's sheet: kata {kata.number}", expand=False))
+    table = Table("bug", "component", "what is wrong", "symptom")
+    for b in kata.bugs:
+        table.add_row(b, bugs[b].component, bugs[b].what, bugs[b].symptom)
+    console.print(table)
+    for i, h in enumerate(kata.hints, 1):
+        console.print(f"hint {i}: {h}")
+    rubric = Table("rubric", "what good looks like", "score 1-4")
+    for name, good in RUBRIC:
+        rubric.add_row(name, good, "")
+    console.print(rubric)
+    return 0
+
+
+def unique_path(folder: Path, stem: str, suffix: str) -> Path:
+    path, i = folder / f"{stem}{suffix}", 2
+    while path.exists():
+        path, i = folder / f"{stem}-{i}{suffix}", i + 1
+    return path
+
+
+def cmd_mock_end(args) -> int:
+    state = load_state()
+    active = state.get("round")
+    if not active:
+        raise UserError("no mock round is in progress; start one with `make mock`")
+    kata = kata_or_fail(active["kata"])
+    bugs = load_bugs()
+    spent = (datetime.now(timezone.utc) - datetime.fromisoformat(active["started"])).total_seconds()
+    try:
+        results = run_checks(require_copy(kata))
+        checks = {"passed": sum(r["passed"] for r in results.values()), "total": len(results), "error": None}
+        fixed = fixed_bugs(kata, bugs, results)
+    except UserError as exc:
+        checks, fixed = {"passed": 0, "total": 0, "error": str(exc)}, 0
+    hints = progress_of(state, kata)["hints"] - active.get("hints_at_start", 0)
+    card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
+            "ended": now(), "minutes_used": round(spent / 60, 1), "time_box_minutes": active["minutes"],
+            "bugs_fixed": fixed, "bugs_planted": len(kata.bugs), "checks": checks, "hints_used": hints,
+            "rubric": {name: None for name, _ in RUBRIC}}
+    folder = WORK / "rounds"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.number:02d}"
+    md = unique_path(folder, stem, ".md")
+    md.with_suffix(".json").write_text(json.dumps(card, indent=1))
+    md.write_text(scorecard_markdown(card))
+    del state["round"]
+    save_state(state)
+    console.print(Markdown(scorecard_markdown(card)))
+    console.print(f"written: {md.relative_to(ROOT)} and {md.with_suffix('.json').relative_to(ROOT)}")
+    return 0
+
+
+def scorecard_markdown(card: dict) -> str:
+    c = card["checks"]
+    checks = f"{c['passed']} of {c['total']}" if not c["error"] else f"could not run ({c['error']})"
+    lines = [f"# Mock round: kata {card['kata']}, {card['title']} ({card['tier']})", "",
+             f"- date: {card['started'][:10]}",
+             f"- bugs fixed: {card['bugs_fixed']} of {card['bugs_planted']}",
+             f"- checks passed: {checks}",
+             f"- time used: {card['minutes_used']} min of a {card['time_box_minutes']} min box",
+             f"- hints used: {card['hints_used']}", "",
+             "| rubric | what good looks like | score (1-4) | notes |", "|---|---|---|---|"]
+    lines += [f"| {name} | {good} |  |  |" for name, good in RUBRIC]
+    return "\n".join(lines) + "\n"
+
+
+def cmd_bundle(args) -> int:
+    kata = kata_or_fail(args.n)
+    out = Path(args.out)
+    if out.exists() and any(out.iterdir()):
+        raise UserError(f"{out} exists and is not empty; choose a new folder (nothing was overwritten)")
+    (out / "lab").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kata.loop, out / "grpo.py")
+    brief = kata.brief.strip().split("\n\n")[:-1]
+    (out / "BRIEF.md").write_text("\n\n".join(brief) + "\n\nRun it: `python grpo.py` (needs torch; a few seconds on a CPU).\n")
+    for f in (ROOT / "lab").glob("*.py"):
+        shutil.copyfile(f, out / "lab" / f.name)
+    (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: `pip install torch && python grpo.py`\n")
+    console.print(f"bundle for kata {kata.number} written to {out}: grpo.py, BRIEF.md, README.md, lab/")
+    return 0
+
+
 COMMANDS = {"kata": cmd_kata, "run": cmd_run, "check": cmd_check, "watch": cmd_watch, "hint": cmd_hint,
-            "solution": cmd_solution, "reset": cmd_reset, "list": cmd_list}
+            "solution": cmd_solution, "reset": cmd_reset, "list": cmd_list, "mock": cmd_mock,
+            "mock-notes": cmd_mock_notes, "mock-end": cmd_mock_end, "bundle": cmd_bundle}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -363,13 +520,16 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name in COMMANDS:
         s = sub.add_parser(name)
-        if name != "list":
+        if name not in ("list", "mock-end"):
             s.add_argument("n", nargs="?", default=None, help="the kata number")
     sub.choices["run"].add_argument("--steps", type=int, default=30)
     sub.choices["run"].add_argument("--temperature", type=float, default=1.0)
     sub.choices["watch"].add_argument("--interval", type=float, default=0.5)
     sub.choices["solution"].add_argument("--force", action="store_true", help="reveal before solving (recorded)")
     sub.choices["reset"].add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    sub.choices["mock"].add_argument("--tier", choices=["warm-up", "practice", "interview"], default=None)
+    sub.choices["mock"].add_argument("--minutes", type=float, default=None, help="the time box (default: the kata's)")
+    sub.choices["bundle"].add_argument("out", help="a new folder for the bundle")
     return p
 
 

@@ -1,0 +1,71 @@
+"""Mock rounds, the interviewer's sheet, scorecards and the candidate bundle. Run: pytest tests/test_mock.py"""
+import json
+import signal
+import subprocess
+import sys
+import time
+
+from grpo_katas.catalogue import find_kata
+from tests.test_cli import cli, repo  # noqa: F401  (the repository-copy fixture)
+
+ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
+
+
+def start_round(repo, *args):
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "mock", *args], cwd=repo, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen, deadline = "", time.time() + 60
+    while "time is up" not in seen and time.time() < deadline:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    return proc.returncode, seen + out
+
+
+def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
+    code, out = start_round(repo, "7", "--minutes", "0.05")
+    assert code == 0 and "half time" in out and "time is up" in out and "Traceback" not in out
+    code, out = cli(repo, "mock", "8")
+    assert code == 2 and "in progress" in out
+    code, out = cli(repo, "mock-end")
+    assert code == 0 and "bugs fixed: 0 of 1" in out
+    cards = sorted((repo / "work" / "rounds").glob("*.json"))
+    card = json.loads(cards[0].read_text())
+    assert card["kata"] == 7 and card["checks"]["total"] == 34 and set(card["rubric"]) >= {"hypothesis", "fix"}
+    code, out = cli(repo, "mock-end")
+    assert code == 2 and "no mock round" in out
+
+
+def test_scorecards_never_overwrite_each_other(repo):
+    for _ in range(2):
+        start_round(repo, "1", "--minutes", "0.02")
+        assert cli(repo, "mock-end")[0] == 0
+    assert len(list((repo / "work" / "rounds").glob("*.md"))) == 2
+
+
+def test_a_round_picks_an_unsolved_kata_of_the_tier(repo):
+    code, out = start_round(repo, "--tier", "interview", "--minutes", "0.02")
+    state = json.loads((repo / "work" / "state.json").read_text())
+    assert code == 0 and find_kata(state["round"]["kata"]).tier == "interview"
+
+
+def test_the_interviewers_sheet_names_the_bugs_and_the_rubric(repo):
+    code, out = cli(repo, "mock-notes", "18")
+    assert code == 0 and "adv-tiled-groups" in out and "root cause" in out and "hint 3" in out
+
+
+def test_the_bundle_runs_on_its_own_and_holds_no_answers(repo, tmp_path):
+    out_dir = tmp_path / "bundle"
+    code, out = cli(repo, "bundle", "7", str(out_dir))
+    assert code == 0
+    files = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
+    assert files == ["BRIEF.md", "README.md", "grpo.py", "lab/__init__.py", "lab/model.py", "lab/tasks.py"]
+    text = " ".join((out_dir / f).read_text() for f in files)
+    assert "train-ref-is-policy" not in text and "make check" not in text
+    where = subprocess.run([sys.executable, "-c", "import lab; print(lab.__file__)"], cwd=out_dir, env=ENV,
+                           capture_output=True, text=True, timeout=60).stdout
+    assert str(out_dir) in where
+    run = subprocess.run([sys.executable, "grpo.py"], cwd=out_dir, env=ENV, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 0 and "step  40 | reward" in run.stdout
+    assert cli(repo, "bundle", "7", str(out_dir))[0] == 2  # never overwrites

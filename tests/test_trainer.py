@@ -1,0 +1,71 @@
+"""The trainer: overrides, the checkpoint round trip and a two-step CPU run. Run: pytest tests/test_trainer.py"""
+import dataclasses
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from grpo_katas import ROOT
+from grpo_katas.trainer import RunConfig, Trainer, parse_overrides
+
+SMALL = dict(steps=4, batch_size=4, d_model=16, n_layer=1, n_head=2, device="cpu", checkpoint_every=2)
+
+
+def test_overrides_are_typed_and_unknown_keys_rejected():
+    @dataclasses.dataclass(frozen=True)
+    class C:
+        beta: float = 0.0
+        group_size: int = 8
+        name: str = "x"
+        flag: bool = False
+    assert parse_overrides(["beta=0.1", "group_size=4", "name=y", "flag=true"], C) == \
+        {"beta": 0.1, "group_size": 4, "name": "y", "flag": True}
+    with pytest.raises(ValueError, match="unknown setting 'betta'"):
+        parse_overrides(["betta=0.1"], C)
+    with pytest.raises(ValueError, match="group_size takes a int"):
+        parse_overrides(["group_size=four"], C)
+    with pytest.raises(ValueError, match="not key=value"):
+        parse_overrides(["beta"], C)
+
+
+def test_a_resumed_run_matches_an_uninterrupted_one(tmp_path):
+    straight = Trainer(RunConfig(**SMALL), {"group_size": 4}).fit()
+    first = Trainer(RunConfig(**{**SMALL, "steps": 2}), {"group_size": 4}, tmp_path)
+    first.fit()
+    resumed = Trainer.resume(tmp_path, steps=4)
+    assert resumed.step == 2
+    rest = resumed.fit()
+    assert [h["step"] for h in rest] == [3, 4]
+    for a, b in zip(straight[2:], rest):
+        assert a["reward_mean"] == b["reward_mean"] and a["loss"] == pytest.approx(b["loss"], abs=1e-6)
+    lines = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [l["step"] for l in lines] == [1, 2, 3, 4]
+
+
+def test_a_checkpoint_is_replaced_atomically(tmp_path):
+    t = Trainer(RunConfig(**SMALL), {"group_size": 4}, tmp_path)
+    t.fit()
+    assert (tmp_path / "checkpoint.pt").exists() and not list(tmp_path.glob("*.tmp"))
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
+    assert state["step"] == 4 and state["config"]["grpo"]["group_size"] == 4
+
+
+def test_two_steps_from_the_command_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--steps", "2", "--batch-size", "4",
+                        "--device", "cpu", "--set", "group_size=4", "beta=0.1", "--out", str(tmp_path)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "reward" in r.stdout and (tmp_path / "metrics.jsonl").exists()
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["grpo"]["beta"] == 0.1 and config["grpo"]["num_iterations"] == 2
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--set", "betta=1"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "unknown setting 'betta'" in r.stdout
+
+
+def test_the_gpu_check_script_runs_its_cpu_smoke_test():
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.gpu_check", "--device", "cpu", "--small"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "gpu-check passed" in r.stdout and "FAIL" not in r.stdout, r.stdout + r.stderr

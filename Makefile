@@ -10,7 +10,7 @@ SEED    ?= 0
 
 CLI     := $(PYTHON) -m grpo_katas.cli
 
-.PHONY: help setup test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade
+.PHONY: help setup test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
 
 help:
 	@echo "make setup                  create .venv with the pinned dependencies"
@@ -27,6 +27,9 @@ help:
 	@echo "make mock-notes N=7         the interviewer's sheet: planted bugs, hints, rubric"
 	@echo "make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix: results.json, junit.xml, summary.md"
 	@echo "make bundle N=7 OUT=dir     the candidate's bundle for a live round (no checks, no solutions)"
+	@echo "make train [TASK=sum] [STEPS=200] [DEVICE=auto] [SET='beta=0.1 lr=3e-3'] [OUT=runs/x] [RESUME=1]"
+	@echo "make bench                  the reference trainer's speed on this machine, as a table"
+	@echo "make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 8x512 run"
 	@echo "make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
 	@echo "make katas                  rebuild katas/*/grpo.py from the reference after editing it"
 
@@ -81,3 +84,14 @@ bundle: $(STAMP)
 
 grade: $(STAMP)
 	@$(PYTHON) -m grpo_katas.grade "$(N)" "$(SUBMISSION)" "$(OUT)"
+
+train: $(STAMP)
+	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(TASK)) $(if $(STEPS),--steps $(STEPS)) \
+		$(if $(DEVICE),--device $(DEVICE)) $(if $(SET),--set $(SET)) $(if $(OUT),--out $(OUT)) \
+		$(if $(RESUME),--resume) $(if $(COMPILE),--compile)
+
+bench: $(STAMP)
+	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(DEVICE))
+
+gpu-check: $(STAMP)
+	@$(PYTHON) -m grpo_katas.gpu_check

@@ -1,0 +1,163 @@
+"""`make bench`: the reference trainer's numbers on this machine, in one run, printed as a table.
+
+1. Sampling 64 new tokens with the lab model's KV cache against full recomputation: tokens/s and the ratio.
+2. Time for the default task's 5-step mean reward to go from its baseline to 0.9, for three seeds.
+3. A per-step breakdown: sampling, log-probs (policy and reference), update.
+4. The peak memory of one step (RSS high-water mark on the CPU, max_memory_allocated on CUDA).
+Medians of repeated runs; nothing here is an assertion.
+"""
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from grpo_katas.trainer import RunConfig, Trainer, reached
+from lab import ModelConfig, TinyLM, make_task
+
+
+class NoCache(nn.Module):
+    """The same model without make_cache(), so generate() recomputes the whole prefix for every token."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids, attention_mask)
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def timed(fn, device, repeats=3):
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def bench_sampling(t: Trainer, new_tokens=64):
+    grpo, device = t.grpo, t.device
+    model = TinyLM(ModelConfig(max_len=new_tokens + 16)).to(device)
+    cfg = grpo.GRPOConfig(max_new_tokens=new_tokens)
+    prompts, mask = t.task.sample_prompts(16, torch.Generator().manual_seed(0))
+    prompts, mask = prompts.to(device), mask.to(device)
+
+    def run(m):
+        return lambda: grpo.generate(m, prompts, mask, cfg, eos_id=-1, pad_id=0)  # no EOS: all 64 tokens
+
+    n_tokens = prompts.shape[0] * cfg.group_size * new_tokens
+    cached, full = timed(run(model), device), timed(run(NoCache(model)), device)
+    return n_tokens / cached, n_tokens / full
+
+
+def bench_time_to_target(seeds=(0, 1, 2), max_steps=400):
+    out = []
+    for seed in seeds:
+        t = Trainer(RunConfig(seed=seed, steps=max_steps), {})
+        history, start, hit = [], time.perf_counter(), None
+        while t.step < max_steps and hit is None:
+            history.append(t.train_step())
+            hit = reached(history, t.run.target_reward)
+        out.append((seed, hit, time.perf_counter() - start, sum(h["reward_mean"] for h in history[:5]) / 5))
+    return out
+
+
+def bench_breakdown(t: Trainer, steps=20):
+    grpo, cfg, parts = t.grpo, t.cfg, {"sampling": [], "log-probs (policy + reference)": [], "update": []}
+    for _ in range(steps):
+        ids, mask = t.task.sample_prompts(t.run.batch_size, t.prompt_gen)
+        ids, mask = ids.to(t.device), mask.to(t.device)
+        sync(t.device)
+        t0 = time.perf_counter()
+        rollout = grpo.generate(t.policy, ids, mask, cfg, eos_id=t.task.eos_id, pad_id=t.task.pad_id,
+                                generator=t.sample_gen)
+        sync(t.device)
+        t1 = time.perf_counter()
+        args = (rollout.input_ids, rollout.attention_mask, rollout.prompt_len, cfg.temperature)
+        with torch.no_grad():
+            grpo.token_logprobs(t.policy, *args)
+            grpo.token_logprobs(t.ref, *args)
+        sync(t.device)
+        t2 = time.perf_counter()
+        grpo.grpo_step(t.policy, t.ref, t.optimizer, rollout, t.task.reward(rollout).to(t.device), cfg)
+        sync(t.device)
+        t3 = time.perf_counter()
+        parts["sampling"].append(t1 - t0)
+        parts["log-probs (policy + reference)"].append(t2 - t1)
+        parts["update"].append(max(0.0, (t3 - t2) - (t2 - t1)))  # grpo_step re-does the two no-grad passes
+    return {k: statistics.median(v) for k, v in parts.items()}
+
+
+def peak_memory_of_a_step(t: Trainer) -> str:
+    if t.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        t.train_step()
+        return f"{torch.cuda.max_memory_allocated() / 2**20:.1f} MiB (CUDA, max allocated)"
+    status = Path("/proc/self/status")
+    clear = Path("/proc/self/clear_refs")
+    if not status.exists():
+        return "n/a (no /proc on this system)"
+    def kib(field):
+        return next(int(l.split()[1]) for l in status.read_text().splitlines() if l.startswith(field))
+    before = kib("VmRSS:")
+    try:
+        clear.write_text("5")  # reset the high-water mark
+    except OSError:
+        pass
+    t.train_step()
+    peak = kib("VmHWM:")
+    return (f"peak RSS {peak / 1024:.0f} MiB during the step, {(peak - before) / 1024:.1f} MiB above the "
+            f"{before / 1024:.0f} MiB before it (CPU; torch reuses freed blocks)")
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="auto")
+    a = p.parse_args(argv)
+    console = Console(highlight=False)
+    t = Trainer(RunConfig(device=a.device), {})
+    console.print(f"device {t.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    with console.status("sampling"):
+        cached, full = bench_sampling(t)
+    with console.status("time to reward 0.9"):
+        runs = bench_time_to_target() if t.device.type == "cpu" else []
+    with console.status("per-step breakdown"):
+        parts = bench_breakdown(Trainer(RunConfig(device=a.device), {}))
+        memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device), {}))
+
+    table = Table("measure", "value", title="grpo-katas reference trainer")
+    table.add_row("sampling 64 tokens, KV cache", f"{cached:,.0f} tokens/s")
+    table.add_row("sampling 64 tokens, full recomputation", f"{full:,.0f} tokens/s")
+    table.add_row("KV cache speed-up", f"{cached / full:.1f}x (goal >= 3x)")
+    for seed, hit, seconds, base in runs:
+        result = f"step {hit}, {seconds:.1f} s" if hit else f"not reached in {seconds:.1f} s"
+        table.add_row(f"reward {base:.2f} -> 0.9 (5-step mean), seed {seed}", result)
+    if runs:
+        times = [s for _, h, s, _ in runs if h]
+        if times:
+            table.add_row("median time to 0.9", f"{statistics.median(times):.1f} s (goal < 60 s)")
+    total = sum(parts.values())
+    for name, seconds in parts.items():
+        table.add_row(f"per step: {name}", f"{seconds * 1000:.1f} ms ({seconds / total:.0%})")
+    table.add_row("peak memory of a step", memory)
+    console.print(table)
+    console.print("reproduce: make bench   (python -m grpo_katas.bench)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

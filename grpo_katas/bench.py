@@ -16,7 +16,7 @@ import torch
 import torch.nn as nn
 
 from grpo_katas.trainer import RunConfig, Trainer, reached
-from lab import ModelConfig, TinyLM, make_task
+from lab import ModelConfig, TinyLM
 
 
 class NoCache(nn.Module):

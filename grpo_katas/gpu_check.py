@@ -20,7 +20,6 @@ import torch
 
 from grpo_katas import ROOT
 from grpo_katas.trainer import RunConfig, Trainer
-from lab import ModelConfig, TinyLM
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_katas import CHECKS, ROOT
+from grpo_katas import CHECKS
 from grpo_katas.tripwire import Tripwire, foreign_origins
 
 

@@ -342,11 +342,13 @@ def cmd_list(args) -> int:
     solved = 0
     for k in katas:
         p = state["katas"].get(str(k.number), {})
+        before = [h for h in p.get("history", []) if h.get("solved")]
+        solved += bool(p.get("solved") or before)
         if p.get("solved"):
-            solved += 1
             status, spent = "[green]solved[/]", minutes(p["seconds"])
         elif working_copy(k).exists():
-            status, spent = "[yellow]in progress[/]", minutes(elapsed(p)) if "started" in p else ""
+            status = "[yellow]in progress[/]" + (" (solved before a reset)" if before else "")
+            spent = minutes(elapsed(p)) if "started" in p else ""
         else:
             status, spent = "not started", ""
         table.add_row(str(k.number), k.title, k.tier, f"{k.minutes} min", status, spent, str(p.get("hints", 0) or ""))

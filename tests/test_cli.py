@@ -54,6 +54,9 @@ def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     assert state(repo)["katas"]["1"]["solved"]
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/24 solved" in out
+    cli(repo, "reset", "1", "--yes")
+    code, out = cli(repo, "list")
+    assert "solved before a reset" in out and "1/24 solved" in out
 
 
 def test_hints_come_in_order_and_are_remembered(repo):

@@ -61,10 +61,10 @@ def bench_sampling(t: Trainer, new_tokens=64):
     return n_tokens / cached, n_tokens / full
 
 
-def bench_time_to_target(seeds=(0, 1, 2), max_steps=400):
+def bench_time_to_target(device: str, seeds=(0, 1, 2), max_steps=400):
     out = []
     for seed in seeds:
-        t = Trainer(RunConfig(seed=seed, steps=max_steps), {})
+        t = Trainer(RunConfig(seed=seed, steps=max_steps, device=device), {})
         history, start, hit = [], time.perf_counter(), None
         while t.step < max_steps and hit is None:
             history.append(t.train_step())
@@ -134,7 +134,7 @@ def main(argv=None) -> int:
     with console.status("sampling"):
         cached, full = bench_sampling(t)
     with console.status("time to reward 0.9"):
-        runs = bench_time_to_target() if t.device.type == "cpu" else []
+        runs = bench_time_to_target(a.device)
     with console.status("per-step breakdown"):
         parts = bench_breakdown(Trainer(RunConfig(device=a.device), {}))
         memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device), {}))

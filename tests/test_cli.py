@@ -1,37 +1,11 @@
 """The practice CLI, driven in subprocesses on a temporary copy of the repository. Run: pytest tests/test_cli.py"""
-import json
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from grpo_katas import ROOT
-
-
-@pytest.fixture
-def repo(tmp_path):
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for f in files:
-        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, tmp_path / f)
-    return tmp_path
-
-
-def cli(repo, *args, stdin=subprocess.DEVNULL):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", *args], cwd=repo, capture_output=True, text=True,
-                       stdin=stdin, timeout=300, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin",
-                                                      "PYTHONWARNINGS": "ignore"})
-    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
-    return r.returncode, r.stdout + r.stderr
-
-
-def copy_of(repo, n=1):
-    return next((repo / "work").glob(f"{n:02d}-*/grpo.py"))
-
-
-def state(repo):
-    return json.loads((repo / "work" / "state.json").read_text())
+from tests.cli_helpers import ENV, cli, copy_of, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -130,7 +104,7 @@ def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     cli(repo, "kata", "1")
     proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "watch", "1", "--interval", "0.2"], cwd=repo,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"})
+                            env=ENV)
     deadline = time.time() + 120
     seen = ""
     while "bugs fixed" not in seen and time.time() < deadline:

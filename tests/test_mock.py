@@ -6,9 +6,7 @@ import sys
 import time
 
 from grpo_katas.catalogue import find_kata
-from tests.test_cli import cli, repo  # noqa: F401  (the repository-copy fixture)
-
-ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
+from tests.cli_helpers import ENV, cli
 
 
 def start_round(repo, *args):

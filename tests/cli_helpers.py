@@ -1,0 +1,21 @@
+"""Drive the practice CLI in a subprocess, as a user would."""
+import json
+import subprocess
+import sys
+
+ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
+
+
+def cli(repo, *args, stdin=subprocess.DEVNULL):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", *args], cwd=repo, capture_output=True, text=True,
+                       stdin=stdin, timeout=300, env=ENV)
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    return r.returncode, r.stdout + r.stderr
+
+
+def copy_of(repo, n=1):
+    return next((repo / "work").glob(f"{n:02d}-*/grpo.py"))
+
+
+def state(repo):
+    return json.loads((repo / "work" / "state.json").read_text())

@@ -44,3 +44,15 @@ def test_nothing_in_a_kata_gives_a_bug_away():
             assert not tell.search(replace), (bug.id, replace)
     for k in KATAS:
         assert not any(b.split("-")[0] in k.slug for b in k.bugs if len(b.split("-")[0]) > 4), k.name
+
+
+def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
+    from grpo_katas.cli import fixed_bugs
+    kata = next(k for k in KATAS if k.number == 18)
+    still_broken = ["adv-tiled-groups", "kl-beta-hardcoded"]
+    failing = set().union(*(BUGS[b].checks for b in still_broken))
+    every = set().union(*(b.checks for b in BUGS.values()))
+    results = {c: {"passed": c not in failing, "message": ""} for c in every}
+    assert fixed_bugs(kata, BUGS, results) == 2
+    assert fixed_bugs(kata, BUGS, {c: {"passed": True, "message": ""} for c in every}) == 4
+    assert fixed_bugs(kata, BUGS, {}) == 0

@@ -16,7 +16,7 @@ help:
 	@echo "make setup                  create .venv with the pinned dependencies"
 	@echo "make test                   the repository's tests, the checks on the reference, and make verify"
 	@echo "make kata N=3               show kata 3's brief and start (or resume) your working copy in work/"
-	@echo "make run N=3                train your copy briefly with a live display"
+	@echo "make run N=3 [SET='beta=0.5'] train your copy briefly with a live display"
 	@echo "make check N=3              run the hidden checks on your copy (or TARGET=path for any file)"
 	@echo "make watch N=3              rerun the checks whenever your copy is saved"
 	@echo "make hint N=3               the next hint"
@@ -52,8 +52,11 @@ else
 	$(PYTHON) -m pytest -q checks --target "$(TARGET)" --seed $(SEED)
 endif
 
-kata run watch hint: $(STAMP)
+kata watch hint: $(STAMP)
 	@$(CLI) $@ "$(N)"
+
+run: $(STAMP)
+	@$(CLI) run "$(N)" $(if $(SET),--set $(SET))
 
 solution: $(STAMP)
 	@$(CLI) solution "$(N)" $(if $(FORCE),--force)

@@ -157,7 +157,7 @@ def cmd_run(args) -> int:
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
     cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), "--steps", str(args.steps),
-           "--temperature", str(args.temperature)]
+           "--temperature", str(args.temperature), "--set", *args.set]
     table = Table("step", "reward", "kl", "loss", "clip", "len", title=f"kata {kata.number}: {path.name}")
     last = None
     with Live(table, console=console, refresh_per_second=8):
@@ -180,7 +180,7 @@ def cmd_run(args) -> int:
                             title="your loop raised", border_style="red", expand=False))
         return 1
     if last and last["event"] == "error":
-        console.print(f"[red]cannot load your file: {last['message']}[/]")
+        console.print(f"[red]cannot run: {last['message']}[/]")
         return 1
     if not last or last["event"] != "done":
         console.print(f"[red]the run ended without finishing (exit status {proc.returncode}); "
@@ -529,6 +529,8 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("n", nargs="?", default=None, help="the kata number")
     sub.choices["run"].add_argument("--steps", type=int, default=30)
     sub.choices["run"].add_argument("--temperature", type=float, default=1.0)
+    sub.choices["run"].add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                                    help="GRPOConfig overrides for the run, e.g. beta=0.5 temperature=0.7")
     sub.choices["watch"].add_argument("--interval", type=float, default=0.5)
     sub.choices["solution"].add_argument("--force", action="store_true", help="reveal before solving (recorded)")
     sub.choices["reset"].add_argument("--yes", action="store_true", help="do not ask for confirmation")

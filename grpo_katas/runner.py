@@ -1,6 +1,6 @@
 """Run a candidate's loop for a short training and stream what happens as JSON lines on stdout.
 
-    python -m grpo_katas.runner FILE [--steps 30] [--temperature 1.0] [--num-iterations 2]
+    python -m grpo_katas.runner FILE [--steps 30] [--temperature 1.0] [--num-iterations 2] [--set beta=0.5 ...]
 
 Events: {"event": "step", ...stats}, {"event": "done", "steps": n}, {"event": "error", "message": ...}
 (the file cannot be loaded) and {"event": "crash", "type", "message", "where", "code"} (the candidate's own
@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from grpo_katas.loader import TargetError, load_target
+from grpo_katas.trainer import parse_overrides
 
 
 def emit(event: str, **fields) -> None:
@@ -50,6 +51,7 @@ def main(argv=None) -> int:
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--num-iterations", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
     args = parser.parse_args(argv)
     path = Path(args.file).resolve()
     try:
@@ -62,8 +64,14 @@ def main(argv=None) -> int:
     from lab import ModelConfig, SumTask, TinyLM
 
     try:
+        overrides = {"temperature": args.temperature, "num_iterations": args.num_iterations,
+                     **parse_overrides(args.set, grpo.GRPOConfig)}
+    except ValueError as exc:
+        emit("error", message=str(exc))
+        return 2
+    try:
         torch.manual_seed(args.seed)
-        cfg = grpo.GRPOConfig(temperature=args.temperature, num_iterations=args.num_iterations)
+        cfg = grpo.GRPOConfig(**overrides)
         kwargs = {"steps": args.steps, "batch_size": 16, "seed": args.seed}
         if "log" in inspect.signature(grpo.train).parameters:
             kwargs["log"] = lambda stats: emit("step", **plain(stats))

@@ -112,3 +112,11 @@ def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert "0 of 1 bugs fixed" in seen and proc.returncode == 0 and "Traceback" not in seen + out
+
+
+def test_run_takes_config_overrides_and_rejects_unknown_keys(repo):
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
+    assert code == 0 and "│ 2 " in out
+    code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
+    assert code == 1 and "unknown setting 'betta'" in out

@@ -172,7 +172,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
 
 def print_stats(s: dict) -> None:
     print(f"step {s['step']:3d} | reward {s['reward_mean']:.3f} | kl {s['kl']:.4f} | loss {s['loss']:+.4f}"
-          f" | clip {s['clip_frac']:.2f} | len {s['completion_len']:.1f}", flush=True)
+          f" | clip {s['clip_frac']:.2f} | gnorm {s['grad_norm']:.2f} | len {s['completion_len']:.1f}", flush=True)
 
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_stats) -> list:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn
@@ -66,7 +67,7 @@ def load_state() -> dict:
     except (ValueError, UnicodeDecodeError) as exc:
         aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
         path.rename(aside)
-        console.print(f"[yellow]progress file {path} was unreadable ({exc}); set aside as {aside.name}, "
+        console.print(f"[yellow]progress file {path} was unreadable ({escape(str(exc))}); set aside as {aside.name}, "
                       f"starting fresh. Your work files are untouched.[/]")
         return {"katas": {}}
 
@@ -158,11 +159,11 @@ def cmd_run(args) -> int:
     path = require_copy(kata)
     cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), "--steps", str(args.steps),
            "--temperature", str(args.temperature), "--set", *args.set]
-    table = Table("step", "reward", "kl", "loss", "clip", "len", title=f"kata {kata.number}: {path.name}")
+    table = Table("step", "reward", "kl", "loss", "clip", "gnorm", "len", title=f"kata {kata.number}: {path.name}")
     last = None
-    with Live(table, console=console, refresh_per_second=8):
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+    with tempfile.TemporaryFile("w+") as errors, Live(table, console=console, refresh_per_second=8):
+        # stderr goes to a file, so a chatty loop can never fill a pipe and stall
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=errors, text=True)
         for line in proc.stdout:
             try:
                 ev = json.loads(line)
@@ -172,19 +173,21 @@ def cmd_run(args) -> int:
             if ev["event"] == "step":
                 g = ev.get
                 table.add_row(f"{g('step', 0):.0f}", fmt(g("reward_mean")), fmt(g("kl"), 4), fmt(g("loss"), 4),
-                              fmt(g("clip_frac"), 2), fmt(g("completion_len"), 1))
+                              fmt(g("clip_frac"), 2), fmt(g("grad_norm"), 2), fmt(g("completion_len"), 1))
         proc.wait()
+        errors.seek(0)
+        tail = errors.read().strip().splitlines()[-1:]
     console.print()
     if last and last["event"] == "crash":
-        console.print(Panel(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}",
+        console.print(Panel(escape(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}"),
                             title="your loop raised", border_style="red", expand=False))
         return 1
     if last and last["event"] == "error":
-        console.print(f"[red]cannot run: {last['message']}[/]")
+        console.print(f"[red]cannot run: {escape(last['message'])}[/]")
         return 1
     if not last or last["event"] != "done":
-        console.print(f"[red]the run ended without finishing (exit status {proc.returncode}); "
-                      f"{proc.stderr.read().strip().splitlines()[-1:] or ''}[/]")
+        console.print(f"[red]the run ended without finishing (exit status {proc.returncode})"
+                      + (f": {escape(tail[0])}" if tail else "") + "[/]")
         return 1
     return 0
 
@@ -223,7 +226,7 @@ def check_table(results: dict, title: str) -> Table:
         mine = {c: r for c, r in results.items() if c.split("::")[0] == comp}
         failed = [r for r in mine.values() if not r["passed"]]
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
-        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, failed[0]["message"] if failed else "")
+        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0]["message"]) if failed else "")
     return table
 
 
@@ -273,7 +276,7 @@ def cmd_watch(args) -> int:
                 try:
                     cmd_check(args)
                 except UserError as exc:
-                    console.print(f"[red]{exc}[/]")
+                    console.print(f"[red]{escape(str(exc))}[/]")
             time.sleep(args.interval)
     except KeyboardInterrupt:
         return 0
@@ -545,7 +548,7 @@ def main(argv=None) -> int:
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     except KeyboardInterrupt:
         return 130

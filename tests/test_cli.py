@@ -120,3 +120,12 @@ def test_run_takes_config_overrides_and_rejects_unknown_keys(repo):
     assert code == 0 and "│ 2 " in out
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
     assert code == 1 and "unknown setting 'betta'" in out
+
+
+def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
+    cli(repo, "kata", "2")
+    loop = copy_of(repo, 2)
+    loop.write_text(loop.read_text().replace('    """Reference = frozen deepcopy',
+                                             '    raise ValueError("bad [/shape] in [grpo_x]")\n    """Reference = frozen deepcopy'))
+    code, out = cli(repo, "run", "2", "--steps", "1")
+    assert code == 1 and "bad [/shape] in [grpo_x]" in out

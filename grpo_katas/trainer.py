@@ -143,7 +143,7 @@ class Trainer:
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         saved = state["config"]
         run = RunConfig(**{**saved["run"], **({"steps": steps} if steps else {})})
-        trainer = cls(run, {k: v for k, v in saved["grpo"].items()}, out)
+        trainer = cls(run, dict(saved["grpo"]), out)
         trainer.load(state)
         keep_metrics(out / "metrics.jsonl", trainer.step)
         return trainer

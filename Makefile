@@ -10,7 +10,7 @@ SEED    ?= 0
 
 CLI     := $(PYTHON) -m grpo_katas.cli
 
-.PHONY: help setup test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
+.PHONY: help setup bubblewrap test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
 
 help:
 	@echo "make setup                  create .venv with the pinned dependencies"
@@ -36,7 +36,21 @@ help:
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	@command -v bwrap >/dev/null || $(MAKE) --no-print-directory bubblewrap
 	touch $(STAMP)
+
+# The checks run the code under test in a bubblewrap sandbox. Without it they still run, in a plain process
+# that can see the repository (README: "Grading submitted fixes"); as root on Debian or Ubuntu we install it.
+bubblewrap:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing bubblewrap (the checks' sandbox)"; \
+		apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+		{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
+		echo "could not install bubblewrap: the checks will run in a plain process"; \
+	else \
+		echo "bubblewrap (bwrap) is not installed: the checks will run in a plain process, not a sandbox;" \
+		     "install it with your package manager (Debian/Ubuntu: sudo apt-get install bubblewrap)"; \
+	fi
 
 setup: $(STAMP)
 

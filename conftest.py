@@ -1,66 +1,134 @@
-"""grpo-katas' pytest plugin: puts the implementation under test into the `grpo` fixture.
+"""grpo-katas' pytest plugin: the implementation under test, as the checks' `grpo` fixture.
 
     pytest checks                                   # judges the reference, solutions/grpo.py
     pytest checks --target path/to/grpo.py          # judges any file that implements the contract
     pytest checks --target a.py --target b.py       # several at once (make verify): one test per target
+    pytest checks --seed 1 --seed 2                 # the base seeds of the drawn shapes and values
 
-A target that cannot be imported (syntax error, import error, exit or hang at import) stops the run with one
-line naming the file and line, never a collection traceback. The target and seed go in the report header, and
-every check carries a pytest-timeout limit.
+The target is never imported here. A worker process imports it (inside a bubblewrap sandbox where one can run,
+see grpo_katas/judge/sandbox.py) and every contract call a check makes runs there; only data comes back, and
+every comparison and verdict is made in this process. A target that cannot be imported stops the run with one
+line naming the file and line (exit status 4). The targets, seeds and sandbox go in the report header. A call
+that raises, hangs (its CPU budget, or no CPU at all for a while) or kills the worker fails its check with a
+message saying so; later calls of a function that hung fail at once.
 """
-import os
+import time
 from pathlib import Path
 
 import pytest
 
-from grpo_katas.loader import TargetError, load_target
+from grpo_katas.judge.client import CallFailed, Target, Worker
+from grpo_katas.judge.sandbox import Limits
 
 ROOT = Path(__file__).resolve().parent
+CHECKS = ROOT / "checks"
 DEFAULT_TARGET = ROOT / "solutions" / "grpo.py"
-CHECK_TIMEOUT_S = int(os.environ.get("GRPO_KATAS_CHECK_TIMEOUT", "60"))  # the grader may lower it
 
 HELP_TARGET = "Python file implementing the GRPO contract (repeatable; default: solutions/grpo.py)"
-HELP_SEED = "base seed for every randomly drawn shape and value in the checks (default: 0)"
+HELP_SEED = "base seed of every randomly drawn shape and value in the checks (repeatable; default: 0)"
+HELP_SANDBOX = ("where the targets run: auto (bubblewrap when it can run here, else a plain process), "
+                "bubblewrap (refuse to run without it), process")
+HELP_MEMORY = "address-space limit of the worker process, in GiB (default: 8)"
+HELP_TIME = "wall-clock seconds for the whole run; contract calls after that fail at once (default: none)"
 
-TARGETS = pytest.StashKey[dict]()  # path -> loaded module, in --target order
+WORKER = pytest.StashKey[Worker]()
+TARGETS = pytest.StashKey[list]()
 
 
 def pytest_addoption(parser):
     group = parser.getgroup("grpo-katas", "grpo-katas checks")
     group.addoption("--target", action="append", default=None, metavar="PATH", help=HELP_TARGET)
-    group.addoption("--seed", type=int, default=0, help=HELP_SEED)
+    group.addoption("--seed", action="append", type=int, default=None, help=HELP_SEED)
+    group.addoption("--sandbox", choices=["auto", "bubblewrap", "process"], default="auto", help=HELP_SANDBOX)
+    group.addoption("--memory-gb", type=float, default=8.0, help=HELP_MEMORY)
+    group.addoption("--time-limit", type=float, default=None, help=HELP_TIME)
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "component(name): the contract component a check judges")
-    paths = config.getoption("--target", None) or [str(DEFAULT_TARGET)]
-    targets = {}
-    for p in paths:
+    if runs_checks(config) and worker(config).mode == "bubblewrap":
+        # the worker imports torch while this process collects the checks; a plain-process worker starts only
+        # after collection, so that this run's checks are in memory before any target code runs
+        worker(config).start()
+    if runs_checks(config):
+        # The judge's own tensors are tiny: one thread, so that it never spins against the worker for a core
+        import torch
+        torch.set_num_threads(1)
+
+
+def runs_checks(config) -> bool:
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path == CHECKS or CHECKS in path.parents or path in CHECKS.parents:
+            return True
+    return False
+
+
+def worker(config) -> Worker:
+    if WORKER not in config.stash:
+        paths = config.getoption("--target", None) or [str(DEFAULT_TARGET)]
+        keys = [f"t{i}" for i in range(len(paths))]
+        limit = config.getoption("--time-limit")
         try:
-            targets[p] = load_target(p)
-        except TargetError as exc:
-            raise pytest.UsageError(f"cannot load the target: {exc}") from None
-    config.stash[TARGETS] = targets
+            w = Worker(dict(zip(keys, paths)), sandbox_mode=config.getoption("--sandbox"),
+                       limits=Limits(memory_gb=config.getoption("--memory-gb")),
+                       deadline=None if limit is None else time.monotonic() + limit)
+        except (RuntimeError, ValueError) as exc:
+            raise pytest.UsageError(str(exc)) from None
+        missing = [p for p in paths if not Path(p).is_file()]
+        if missing:
+            raise pytest.UsageError(f"cannot load the target: {missing[0]}: no such file")
+        config.stash[WORKER] = w
+        config.stash[TARGETS] = [Target(w, k, Path(p)) for k, p in zip(keys, paths)]
+    return config.stash[WORKER]
+
+
+def pytest_unconfigure(config):
+    if WORKER in config.stash:
+        config.stash[WORKER].close()
 
 
 def pytest_report_header(config):
-    targets = ", ".join(config.stash[TARGETS])
-    return f"grpo-katas: target {targets} | seed {config.getoption('--seed')}"
+    if WORKER not in config.stash:
+        return None
+    w = config.stash[WORKER]
+    sandbox = w.mode + (f" ({w.why})" if w.why else "")
+    seeds = ", ".join(str(s) for s in config.getoption("--seed") or [0])
+    return f"grpo-katas: target {', '.join(map(str, w.targets.values()))} | seed {seeds} | sandbox {sandbox}"
 
 
 def pytest_generate_tests(metafunc):
+    if CHECKS not in Path(metafunc.definition.path).parents:
+        return
     if "grpo" in metafunc.fixturenames:
+        worker(metafunc.config)
         targets = metafunc.config.stash[TARGETS]
-        ids = [f"t{i}" for i in range(len(targets))] if len(targets) > 1 else None
-        metafunc.parametrize("grpo", list(targets.values()), ids=ids, scope="session")
+        ids = [t.key for t in targets] if len(targets) > 1 else None
+        metafunc.parametrize("grpo", targets, ids=ids, scope="session")
+    if "seed" in metafunc.fixturenames:
+        seeds = metafunc.config.getoption("--seed") or [0]
+        metafunc.parametrize("seed", seeds, ids=[f"s{s}" for s in seeds] if len(seeds) > 1 else None,
+                             scope="session")
 
 
-@pytest.fixture(scope="session")
-def seed(request) -> int:
-    return request.config.getoption("--seed")
+def pytest_collection_modifyitems(session, config, items):
+    if WORKER not in config.stash or not any("grpo" in getattr(i, "fixturenames", ()) for i in items):
+        return
+    w = config.stash[WORKER]
+    w.ready()
+    if w.load_errors and len(w.load_errors) == len(w.targets):
+        key, message = next(iter(w.load_errors.items()))
+        pytest.exit(f"cannot load the target {w.targets[key]}: {message}", returncode=4)
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(CHECK_TIMEOUT_S))
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Record how a failure came about: the check's own assertion, a contract call that failed (raised, hung,
+    crashed), or an exception in the checks' own code (a defect of the checks, which `make verify` refuses)."""
+    outcome = yield
+    report = outcome.get_result()
+    if call.excinfo is not None and report.failed:
+        e = call.excinfo
+        kind = "call" if e.errisinstance(CallFailed) else \
+            "assertion" if e.errisinstance((AssertionError, pytest.fail.Exception)) else "error"
+        report.user_properties.append(("failure", kind))

@@ -73,9 +73,10 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, clip_eps, b
     return sum(rows) / N
 
 
-def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
-    """The update, spelled out: advantages; pi_old and pi_ref under no_grad; mu times: loss, zero_grad,
-    backward, clip_grad_norm_, step. Uses the oracle's own loss and advantages."""
+def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg):
+    """The update, spelled out, with plain SGD at learning rate lr: advantages; pi_old and pi_ref under no_grad;
+    mu times: loss, clear the gradients, backward, clip_grad_norm_, p -= lr * grad. Uses the oracle's own loss
+    and advantages."""
     adv = group_advantages(rewards, cfg.group_size, cfg.adv_eps)
     args = (rollout.input_ids, rollout.attention_mask, rollout.prompt_len, cfg.temperature)
     with torch.no_grad():
@@ -84,10 +85,14 @@ def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
     for _ in range(cfg.num_iterations):
         logp = _batched_logprobs(policy, *args)
         loss = grpo_loss(logp, old, ref, adv, rollout.completion_mask, cfg.clip_eps, cfg.beta)
-        optimizer.zero_grad()
+        for p in policy.parameters():
+            p.grad = None
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-        optimizer.step()
+        with torch.no_grad():
+            for p in policy.parameters():
+                if p.grad is not None:
+                    p -= lr * p.grad
 
 
 def _batched_logprobs(model, input_ids, attention_mask, prompt_len, temperature):

@@ -1,9 +1,10 @@
-"""Seeded draws and small models for the checks: stand-ins whose behaviour is known exactly."""
+"""Seeded draws, small models and stand-ins whose behaviour is known exactly, for the checks."""
 import hashlib
 
 import torch
-import torch.nn as nn
 
+from grpo_katas.judge.client import Optimizer
+from grpo_katas.judge.standins import StandIn
 from lab import ModelConfig, TinyLM
 
 DRAWS = range(3)  # every randomised check runs on three independent draws
@@ -38,39 +39,20 @@ def left_padded_prompts(gen, B, vocab_size, min_len=1, max_len=4, avoid=(0, 1)):
     return ids, mask
 
 
-class ScriptedLM(nn.Module):
-    """Returns logits from a rule instead of a network, and records how it is called.
-    logits_fn(input_ids (N, L)) -> (N, L, V). A dummy weight makes grad-mode visible."""
-
-    def __init__(self, logits_fn):
-        super().__init__()
-        self.weight = nn.Parameter(torch.zeros(()))
-        self.logits_fn = logits_fn
-        self.calls = 0
-        self.grad_enabled = []
-
-    def forward(self, input_ids, attention_mask):
-        self.calls += 1
-        self.grad_enabled.append(torch.is_grad_enabled())
-        return self.logits_fn(input_ids) + self.weight
-
-
-def constant_lm(logits: torch.Tensor) -> ScriptedLM:
+def constant_lm(logits: torch.Tensor) -> StandIn:
     """Every position gets the same next-token logits (V,)."""
-    return ScriptedLM(lambda ids: logits.expand(ids.shape[0], ids.shape[1], -1).clone())
+    return StandIn("constant", logits=logits)
 
 
-def eos_after_lm(vocab_size: int, eos_id: int, prompt_len: int, k: int) -> ScriptedLM:
+def eos_after_lm(vocab_size: int, eos_id: int, prompt_len: int, k: int) -> StandIn:
     """Uniform over the non-EOS tokens for the first k completion tokens, then EOS with certainty."""
-    def logits_fn(ids):
-        N, L = ids.shape
-        out = torch.zeros(N, L, vocab_size)
-        out[..., eos_id] = -1e9
-        if L - prompt_len >= k:
-            out[:, -1] = -1e9
-            out[:, -1, eos_id] = 0.0
-        return out
-    return ScriptedLM(logits_fn)
+    return StandIn("eos_after", vocab_size=vocab_size, eos_id=eos_id, prompt_len=prompt_len, k=k)
+
+
+def sgd(model, lr: float) -> Optimizer:
+    """Plain SGD over the model's parameters, so the size of the gradient shows in the update; `.steps` counts
+    the optimizer steps the implementation took."""
+    return Optimizer("SGD", model, lr=lr)
 
 
 def random_batch(gen, N, vocab_size, T, eos_id=1, pad_id=0, min_prompt=1, max_prompt=4):
@@ -104,8 +86,16 @@ def draw_loss_inputs(gen, N, T, spread=0.4):
 
 
 def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg):
-    logp = logp.clone().requires_grad_()
-    loss = grpo.grpo_loss(logp, old, ref, adv, mask, cfg)
+    """The target's loss and its gradient with respect to logp (zero where the loss does not depend on it)."""
+    loss, (grad,) = grpo.value_and_grad("grpo_loss", (logp, old, ref, adv, mask, cfg), wrt=(0,))
     assert loss.dim() == 0, f"loss: grpo_loss returned shape {tuple(loss.shape)}; it should be a scalar"
-    (grad,) = torch.autograd.grad(loss, logp, allow_unused=True)
+    assert grad is None or grad.shape == logp.shape, (
+        f"loss: the gradient of the loss has shape {tuple(grad.shape)}, the log-probs {tuple(logp.shape)}")
     return loss.detach().double(), (torch.zeros_like(logp) if grad is None else grad.double())
+
+
+def rounded(x: torch.Tensor, digits: int = 3) -> list:
+    """A tensor as (nested) lists of rounded floats, for messages."""
+    def r(v):
+        return [r(u) for u in v] if isinstance(v, list) else round(float(v), digits)
+    return r(x.detach().cpu().double().tolist())

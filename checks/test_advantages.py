@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, randint, rng
+from checks.stubs import DRAWS, randint, rng, rounded
 
 pytestmark = pytest.mark.component("advantages")
 
@@ -36,7 +36,7 @@ def test_groups_are_contiguous_runs(grpo, seed, draw):
     a = advantages(grpo, rewards, G)
     assert torch.isfinite(a).all() and a.abs().max() < 1e-6, (
         f"advantages: every prompt's {G} completions got the same reward, yet the advantages are "
-        f"{a.numpy().round(3).tolist()}; a group of equal rewards carries no signal, so all should be 0")
+        f"{rounded(a, 3)}; a group of equal rewards carries no signal, so all should be 0")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -46,7 +46,7 @@ def test_std_is_the_unbiased_group_std(grpo, seed, draw):
     a = advantages(grpo, torch.tensor([lo, hi, hi, lo]), 2, eps=0.0)
     expected = torch.tensor([-1, 1, 1, -1], dtype=torch.float64) * 2 ** -0.5
     assert torch.allclose(a, expected, atol=1e-4), (
-        f"advantages: a group of two different rewards gives {a[:2].numpy().round(4).tolist()}; with the "
+        f"advantages: a group of two different rewards gives {rounded(a[:2], 4)}; with the "
         f"unbiased (Bessel-corrected) group std it is [-0.7071, +0.7071]")
 
 
@@ -58,7 +58,7 @@ def test_equal_rewards_give_zero_not_nan(grpo, seed, draw):
     rewards = torch.cat([torch.full((G,), value), torch.rand(G, generator=gen)])
     a = advantages(grpo, rewards, G)
     assert torch.isfinite(a).all(), (
-        f"advantages: a group whose rewards are all {value:.3f} gives {a[:G].numpy().tolist()}; "
+        f"advantages: a group whose rewards are all {value:.3f} gives {rounded(a[:G], 6)}; "
         f"a zero group std must not turn into NaN or inf")
     assert a[:G].abs().max() < 1e-3, (
         f"advantages: a group whose rewards are all equal gives advantages up to {a[:G].abs().max():.3g}; "
@@ -76,9 +76,9 @@ def test_advantages_match_the_formula(grpo, seed, draw):
     expected = oracle.group_advantages(rewards, G, eps)
     assert a.shape == expected.shape, f"advantages: shape {tuple(a.shape)}, expected {tuple(expected.shape)} (one per row)"
     assert torch.allclose(a, expected, atol=1e-4, rtol=1e-4), (
-        f"advantages: with group_size {G} and eps {eps}, rewards {rewards.numpy().round(3).tolist()} give "
-        f"{a.numpy().round(3).tolist()}; (r - group mean) / (group std + eps) gives "
-        f"{expected.numpy().round(3).tolist()}")
+        f"advantages: with group_size {G} and eps {eps}, rewards {rounded(rewards, 3)} give "
+        f"{rounded(a, 3)}; (r - group mean) / (group std + eps) gives "
+        f"{rounded(expected, 3)}")
 
 
 def test_no_gradient_flows_out_of_the_advantages(grpo, seed):

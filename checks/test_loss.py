@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, randint, rng
+from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, randint, rng, rounded
 
 pytestmark = pytest.mark.component("loss")
 
@@ -82,8 +82,8 @@ def test_every_row_weighs_the_same(grpo, seed, draw):
     expected = torch.tensor([-0.5 / T, -0.5 * -1.0], dtype=torch.float64)
     got = torch.stack([grad[0, 0], grad[1, 0]])
     assert torch.allclose(got, expected, atol=1e-6), (
-        f"loss: a token's gradient weight is {got.numpy().round(4).tolist()} for rows of length {T} and 1; "
-        f"with the per-row mean it is -A / (N * row length) = {expected.numpy().round(4).tolist()}")
+        f"loss: a token's gradient weight is {rounded(got, 4)} for rows of length {T} and 1; "
+        f"with the per-row mean it is -A / (N * row length) = {rounded(expected, 4)}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -96,7 +96,7 @@ def test_each_row_uses_its_own_advantage(grpo, seed, draw):
     _, grad = loss_and_grad(grpo, old, old, old, adv, torch.ones(N, N, dtype=torch.float64), cfg)
     expected = -adv[:, None].expand(N, N) / (N * N)
     assert torch.allclose(grad, expected, atol=1e-8), (
-        f"loss: with N == T, token t of row n is pushed by {grad[0].numpy().round(4).tolist()} (row 0); every "
+        f"loss: with N == T, token t of row n is pushed by {rounded(grad[0], 4)} (row 0); every "
         f"token of row n should carry row n's advantage ({(-adv[0] / (N * N)).item():.4f} for row 0)")
 
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, constant_lm, eos_after_lm, left_padded_prompts, randint, rng
+from checks.stubs import DRAWS, constant_lm, eos_after_lm, left_padded_prompts, randint, rng, rounded
 
 pytestmark = pytest.mark.component("sampling")
 PAD, EOS, V = 0, 1, 8
@@ -56,8 +56,8 @@ def test_tokens_follow_softmax_at_temperature(grpo, seed, draw):
     tv = 0.5 * (freq - expected).abs().sum().item()
     assert tv < 0.06, (
         f"sampling: at temperature {temperature} the sampled tokens are {tv:.2f} (total variation) away from "
-        f"softmax(logits / temperature); observed {freq.numpy().round(2).tolist()}, "
-        f"expected {expected.numpy().round(2).tolist()}")
+        f"softmax(logits / temperature); observed {rounded(freq, 2)}, "
+        f"expected {rounded(expected, 2)}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)

@@ -6,22 +6,10 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, random_batch, randint, rng, tiny_lm
+from checks.stubs import DRAWS, random_batch, randint, rng, sgd, tiny_lm
 
 pytestmark = pytest.mark.component("update")
 V = 12
-
-
-class CountingSGD(torch.optim.SGD):
-    """Plain SGD, so the size of the gradient shows in the update, counting its steps."""
-
-    def __init__(self, params, lr):
-        super().__init__(params, lr=lr)
-        self.steps = 0
-
-    def step(self, closure=None):
-        self.steps += 1
-        return super().step(closure)
 
 
 def setup(grpo, gen, **cfg):
@@ -50,9 +38,9 @@ def run_both(grpo, policy, ref, rollout, rewards, cfg, lr, stale_grads=False):
         for p in policy.parameters():
             p.grad = torch.full_like(p, 3.0)  # left over from somewhere else
     start = params(policy)
-    opt = CountingSGD(policy.parameters(), lr)
+    opt = sgd(policy, lr)
     stats = grpo.grpo_step(policy, ref, opt, rollout, rewards, cfg)
-    oracle.grpo_step(twin, ref, torch.optim.SGD(twin.parameters(), lr=lr), rollout, rewards, cfg)
+    oracle.grpo_step(twin, ref, lr, rollout, rewards, cfg)
     return params(policy) - start, params(twin) - start, opt, stats
 
 
@@ -123,7 +111,7 @@ def test_reference_is_never_updated(grpo, seed):
     gen = rng(seed, 0, 56)
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, num_iterations=2, beta=0.1)
     before = params(ref)
-    grpo.grpo_step(policy, ref, CountingSGD(policy.parameters(), 0.1), rollout, rewards, cfg)
+    grpo.grpo_step(policy, ref, sgd(policy, 0.1), rollout, rewards, cfg)
     assert torch.equal(params(ref), before), "update: grpo_step changed the reference policy's weights"
     grads = [p.grad for p in ref.parameters() if p.grad is not None and p.grad.abs().sum() > 0]
     assert not grads, (

@@ -17,14 +17,34 @@ TIERS = ["warm-up", "practice", "interview"]
 
 
 @dataclass(frozen=True)
+class CheckId:
+    """One check: the component it judges and its name, written `component::name`, sorted in pipeline order."""
+    component: str
+    name: str
+
+    @classmethod
+    def parse(cls, text: str) -> "CheckId":
+        component, sep, name = str(text).partition("::")
+        if not sep or component not in COMPONENTS or not name:
+            raise CatalogueError(f"{text!r} is not a check id (component::name, component one of {COMPONENTS})")
+        return cls(component, name)
+
+    def __str__(self) -> str:
+        return f"{self.component}::{self.name}"
+
+    def __lt__(self, other: "CheckId") -> bool:
+        return (COMPONENTS.index(self.component), self.name) < (COMPONENTS.index(other.component), other.name)
+
+
+@dataclass(frozen=True)
 class Bug:
     id: str
     component: str
     what: str
     symptom: str
     thread: str
-    checks: tuple
-    edits: tuple  # ((find, replace), ...)
+    checks: tuple  # (CheckId, ...)
+    edits: tuple   # ((find, replace), ...)
 
 
 @dataclass(frozen=True)
@@ -60,7 +80,8 @@ def load_bugs(path: Path = KATAS / "bugs.toml") -> dict:
     bugs = {}
     for b in data["bug"]:
         edits = tuple((e["find"], e["replace"]) for e in b["edit"])
-        bug = Bug(b["id"], b["component"], b["what"], b["symptom"], b.get("thread", ""), tuple(b["checks"]), edits)
+        checks = tuple(CheckId.parse(c) for c in b["checks"])
+        bug = Bug(b["id"], b["component"], b["what"], b["symptom"], b.get("thread", ""), checks, edits)
         if bug.id in bugs:
             raise CatalogueError(f"bug id {bug.id} appears twice in {path}")
         if bug.component not in COMPONENTS:

@@ -37,11 +37,10 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.syntax import Syntax
 from rich.table import Table
 
-from grpo_katas import REFERENCE, ROOT
+from grpo_katas import REFERENCE, ROOT, matrix
 from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, load_bugs, load_katas
 
 WORK = ROOT / "work"
-CHECK_TIMEOUT_S = 300
 console = Console(highlight=False)
 
 
@@ -197,25 +196,15 @@ def fmt(v, digits=3) -> str:
 
 
 def run_checks(path: Path) -> dict:
-    """{check: {passed, message}} for one file, in a fresh process; raises UserError when it cannot be judged."""
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = Path(f.name)
-    cmd = [sys.executable, "-m", "grpo_katas.matrix", "--seed", "0", "--out", str(out), str(path)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=python_env(), capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT_S)
-        data = json.loads(out.read_text()) if out.stat().st_size else None
-    except subprocess.TimeoutExpired:
-        raise UserError(f"the checks did not finish in {CHECK_TIMEOUT_S} s: does your loop hang?") from None
-    finally:
-        out.unlink(missing_ok=True)
-    text = proc.stdout + proc.stderr
-    if "cannot load the target" in text:
-        line = next(l for l in text.splitlines() if "cannot load the target" in l)
-        raise UserError(line.replace("ERROR: ", "").strip())
-    if data is None or not data["results"] or not data["results"][0]:
-        raise UserError(f"the checks could not run on {path} (exit status {proc.returncode})")
-    return data["results"][0]
+    """{CheckId: Verdict} for one file, judged like CI judges it (the file runs in a sandboxed worker process);
+    raises UserError when it cannot be judged."""
+    run = matrix.run([path], [0])
+    if 0 in run.load_errors:
+        raise UserError(f"cannot load {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
+                        f"{run.load_errors[0]}")
+    if not run.of(0, 0):
+        raise UserError(f"the checks could not run on {path} (pytest exit status {run.exit_code})")
+    return run.of(0, 0)
 
 
 def check_table(results: dict, title: str) -> Table:
@@ -223,10 +212,10 @@ def check_table(results: dict, title: str) -> Table:
     for col in ("component", "checks", "result", "first failure"):
         table.add_column(col, overflow="fold")
     for comp in COMPONENTS:
-        mine = {c: r for c, r in results.items() if c.split("::")[0] == comp}
-        failed = [r for r in mine.values() if not r["passed"]]
+        mine = {c: r for c, r in results.items() if c.component == comp}
+        failed = [r for r in mine.values() if not r.passed]
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
-        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0]["message"]) if failed else "")
+        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0].message) if failed else "")
     return table
 
 
@@ -237,8 +226,8 @@ def fixed_bugs(kata, bugs, results) -> int:
     for b in kata.bugs:
         others = set().union(*(bugs[o].checks for o in kata.bugs if o != b))
         mine = [c for c in bugs[b].checks if c not in others] or \
-               [c for c in bugs[b].checks if c.split("::")[0] == bugs[b].component]
-        count += all(results.get(c, {"passed": False})["passed"] for c in mine)
+               [c for c in bugs[b].checks if c.component == bugs[b].component]
+        count += all(c in results and results[c].passed for c in mine)
     return count
 
 
@@ -248,7 +237,7 @@ def cmd_check(args) -> int:
     results = run_checks(path)
     bugs = load_bugs()
     console.print(check_table(results, f"kata {kata.number}: {path.relative_to(ROOT)}"))
-    n_fixed, n_failed = fixed_bugs(kata, bugs, results), sum(not r["passed"] for r in results.values())
+    n_fixed, n_failed = fixed_bugs(kata, bugs, results), sum(not r.passed for r in results.values())
     console.print(f"{n_fixed} of {len(kata.bugs)} bugs fixed; {len(results) - n_failed} of {len(results)} checks pass")
     if n_failed:
         return 1
@@ -466,7 +455,7 @@ def cmd_mock_end(args) -> int:
     spent = (datetime.now(timezone.utc) - datetime.fromisoformat(active["started"])).total_seconds()
     try:
         results = run_checks(require_copy(kata))
-        checks = {"passed": sum(r["passed"] for r in results.values()), "total": len(results), "error": None}
+        checks = {"passed": sum(r.passed for r in results.values()), "total": len(results), "error": None}
         fixed = fixed_bugs(kata, bugs, results)
     except UserError as exc:
         checks, fixed = {"passed": 0, "total": 0, "error": str(exc)}, 0

@@ -1,129 +1,86 @@
-"""Grade one submitted file against a kata: results.json (exercism v3 plus a SWE-bench section) and junit.xml.
+"""Grade one submitted file against a kata: results.json (exercism v3 plus a SWE-bench section), junit.xml and
+summary.md, written to OUT.
 
-    python -m grpo_katas.grade N SUBMISSION OUT [--time-limit 600] [--memory-gb 8]
+    python -m grpo_katas.grade N SUBMISSION OUT [--time-limit 600] [--memory-gb 8] [--sandbox auto]
     make grade N=7 SUBMISSION=path/to/grpo.py OUT=dir
 
-The checks run in a fresh, isolated interpreter (python -I) from a pristine copy of checks/ and the repository's
-conftest in a temporary folder; the submission is copied there alone, so a conftest.py or pytest.ini beside it
-is never seen. That process gets a hard wall-clock limit, an address-space limit and its own process group, and
-every check a pytest-timeout. The verdict comes from the run's structured report (a pytest plugin hook) and its
-exit status, never from what the submission prints. Results are always written; the exit status is 0 only
-when the kata is resolved in full.
+This process is the judge: it runs the checks, the oracle and the report writer, and never imports the
+submission. A copy of the submission is imported by a worker process inside a bubblewrap sandbox (its own
+filesystem view with no repository, no checks and no output folder; no network; its own PID namespace; memory
+and CPU limits), and every contract call a check makes runs there. Only data comes back; every comparison and
+verdict is made here, and OUT is written here only. Where bubblewrap cannot run, the worker is a plain process
+and results.json says so (`sandbox`); `--sandbox bubblewrap` refuses to grade without it.
+
+A check passes only on evidence: each of its draws ran and passed. A contract call that raises, hangs (over its
+CPU budget, or idle too long) or crashes the worker fails its checks with a message; later calls of a function
+that hung fail at once. The time limit bounds the whole grading. The exit status is 0 only when the kata is
+resolved in full; 2 for a usage error (an unknown kata, an OUT that cannot be written).
 """
 import argparse
 import json
-import os
-import resource
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from grpo_katas import CHECKS, REFERENCE, ROOT
-from grpo_katas.catalogue import COMPONENTS, CatalogueError, fail_to_pass, find_kata, load_bugs
+from grpo_katas import matrix
+from grpo_katas.catalogue import CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
 
 
-def limit_child(memory_gb: float, cpu_s: int):
-    def apply():
-        os.setsid()
-        limit = int(memory_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    return apply
+class UsageError(Exception):
+    """A mistake in how the grader was called (not the submission's fault): one line, exit status 2."""
 
 
-def run_isolated(submission: Path, time_limit: int, memory_gb: float, check_timeout: int) -> dict:
-    """Run the checks on a copy of the submission; returns what happened, never raises for the submission's sake."""
+def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str) -> tuple:
+    """(matrix.Run, seconds) for a private copy of the submission; messages name the submission, not the copy."""
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="grpo-grade-") as tmp:
-        tmp = Path(tmp)
-        shutil.copytree(CHECKS, tmp / "checks", ignore=shutil.ignore_patterns("__pycache__"))
-        shutil.copy2(ROOT / "conftest.py", tmp / "conftest.py")
-        (tmp / "submission").mkdir()
-        target = tmp / "submission" / "grpo.py"
-        shutil.copyfile(submission, target)
-        out = tmp / "report.json"
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "OMP_NUM_THREADS": "2",
-               "GRPO_KATAS_CHECK_TIMEOUT": str(check_timeout), "GRPO_KATAS_IMPORT_TIMEOUT": str(check_timeout)}
-        cmd = [sys.executable, "-I", "-W", "ignore", "-m", "grpo_katas.matrix", "--seed", "0", "--out", str(out),
-               "--checks", str(tmp / "checks"), "--forbid", str(REFERENCE.parent), "--forbid", str(ROOT / "katas"),
-               str(target)]
-        start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=tmp, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, preexec_fn=limit_child(memory_gb, 2 * time_limit))
-        try:
-            output, _ = proc.communicate(timeout=time_limit)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-            timed_out = True
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # anything the submission left running
-        except ProcessLookupError:
-            pass
-        report = None
-        if out.exists():
-            try:
-                report = json.loads(out.read_text())
-            except ValueError:
-                report = None
-        return {"returncode": proc.returncode, "timed_out": timed_out, "report": report,
-                "output": output.decode(errors="replace")[-20000:], "seconds": time.perf_counter() - start}
+        copy = Path(tmp) / "grpo.py"
+        shutil.copyfile(submission, copy)
+        run = matrix.run([copy], [0], sandbox=sandbox, memory_gb=memory_gb, time_limit=time_limit)
+    name = lambda text: text.replace(str(copy), str(submission))
+    run.load_errors = {k: name(m) for k, m in run.load_errors.items()}
+    run.events = [name(e) for e in run.events]
+    for by_check in run.verdicts[0].values():
+        for v in by_check.values():
+            v.message = name(v.message)
+    return run, time.perf_counter() - start
 
 
-def diagnose(run: dict, time_limit: int, memory_gb: float) -> str | None:
-    """Why the run cannot be trusted as a verdict, or None when it can."""
-    text, code, report = run["output"], run["returncode"], run["report"]
-    if run["timed_out"]:
-        return f"the submission did not finish within the {time_limit} s limit (a hang?)"
-    if "cannot load the target" in text:
-        line = next(l for l in text.splitlines() if "cannot load the target" in l)
-        return line.replace("ERROR: ", "").replace(str(Path(tempfile.gettempdir())), "<tmp>").strip()
-    if "MemoryError" in text or "std::bad_alloc" in text or "DefaultCPUAllocator: can't allocate" in text:
-        return f"the submission ran out of memory (limit {memory_gb:g} GiB)"
-    if code is not None and code < 0:
-        return f"the checks' interpreter was killed by signal {-code} (a crash in native code or a resource limit)"
-    if report is None:
-        return f"the checks ended (exit status {code}) without writing their report: the submission exited early"
-    if code not in (0, 1) or report.get("exit_code") != code:
-        return f"the checks ended with exit status {code}, not a normal pytest outcome"
-    results = report["results"][0] if report["results"] else {}
-    if not results:
+def why_no_verdict(run: matrix.Run) -> str | None:
+    """Why the run gives no verdict on the checks (status error), or None."""
+    if 0 in run.load_errors:
+        return f"the submission cannot be imported: {run.load_errors[0]}"
+    if run.exit_code not in (0, 1):
+        return f"the checks did not run (pytest exit status {run.exit_code})"
+    if not run.of(0, 0):
         return "no check ran"
-    if (code == 0) != all(r["passed"] for r in results.values()):
-        return "the report and the exit status disagree (tampering?)"
     return None
 
 
-def build_results(kata, bugs, run, error, submission) -> dict:
+def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Path, seconds: float) -> dict:
     f2p = fail_to_pass(kata, bugs)
     task_of = {}
     for b in kata.bugs:
         for c in bugs[b].checks:
             task_of.setdefault(c, b)
-    report = run["report"] or {}
-    results = (report.get("results") or [{}])[0] if not error else {}
-    tampered = report.get("tampered", []) + report.get("foreign", [])
+    verdicts = {} if error else run.of(0, 0)
     tests = []
-    for check in sorted(results, key=lambda c: (COMPONENTS.index(c.split("::")[0]), c)):
-        r = results[check]
-        entry = {"name": check, "status": "pass" if r["passed"] else "fail", "message": r["message"] or None}
+    for check in sorted(verdicts):
+        v = verdicts[check]
+        entry = {"name": str(check), "status": "pass" if v.passed else "fail", "message": v.message or None}
         if check in task_of:
             entry["task_id"] = task_of[check]
         tests.append(entry)
-    passed = {t["name"] for t in tests if t["status"] == "pass"}
-    all_checks = set(results)
-    swe = {"FAIL_TO_PASS": {"success": sorted(f2p & passed), "failure": sorted(f2p - passed)},
-           "PASS_TO_PASS": {"success": sorted((all_checks - f2p) & passed),
-                            "failure": sorted((all_checks - f2p) - passed)}}
-    if error or tampered or not tests:
+    passed = {c for c, v in verdicts.items() if v.passed}
+    others = set(verdicts) - f2p
+    swe = {"FAIL_TO_PASS": {"success": names(f2p & passed), "failure": names(f2p - passed)},
+           "PASS_TO_PASS": {"success": names(others & passed), "failure": names(others - passed)}}
+    if error or not tests:
         resolved = "no"
     elif not swe["FAIL_TO_PASS"]["failure"] and not swe["PASS_TO_PASS"]["failure"]:
         resolved = "full"
@@ -133,18 +90,22 @@ def build_results(kata, bugs, run, error, submission) -> dict:
         resolved = "no"
     if error:
         status, message = "error", error
-    elif tampered:
-        status, message = "fail", "tampering detected: " + "; ".join(tampered)
     elif resolved == "full":
         status, message = "pass", None
     else:
         status = "fail"
-        message = f"{len(passed)} of {len(tests)} checks pass; {len(swe['FAIL_TO_PASS']['failure'])} of the kata's " \
-                  f"{len(f2p)} target checks still fail"
+        message = (f"{len(passed)} of {len(tests)} checks pass; {len(swe['FAIL_TO_PASS']['failure'])} of the kata's "
+                   f"{len(f2p)} target checks still fail")
+        if swe["PASS_TO_PASS"]["failure"]:
+            message += f", and {len(swe['PASS_TO_PASS']['failure'])} check(s) that passed before now fail"
     return {"version": 3, "status": status, "message": message, "tests": tests,
             "kata": {"number": kata.number, "name": kata.name, "bugs": list(kata.bugs)},
             "submission": str(submission), "resolved": RESOLVED[resolved], "tests_status": swe,
-            "tampering": tampered, "duration_s": round(run["seconds"], 2)}
+            "sandbox": run.sandbox, "events": run.events, "duration_s": round(seconds, 2)}
+
+
+def names(checks) -> list:
+    return [str(c) for c in sorted(checks)]
 
 
 def write_junit(results: dict, path: Path) -> None:
@@ -156,14 +117,16 @@ def write_junit(results: dict, path: Path) -> None:
         case = ET.SubElement(suite, "testcase", classname="grading", name="grading")
         ET.SubElement(case, "error", message=results["message"] or "error").text = results["message"]
     for t in results["tests"]:
-        component, name = t["name"].split("::")
-        case = ET.SubElement(suite, "testcase", classname=component, name=name)
+        check = CheckId.parse(t["name"])
+        case = ET.SubElement(suite, "testcase", classname=check.component, name=check.name)
         if t["status"] == "fail":
             ET.SubElement(case, "failure", message=(t["message"] or "")[:1000]).text = t["message"]
-    if results["tampering"]:
-        case = ET.SubElement(suite, "testcase", classname="grading", name="tamper_check")
-        ET.SubElement(case, "failure", message="tampering detected").text = "\n".join(results["tampering"])
     ET.ElementTree(suite).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def cell(text: str) -> str:
+    """Text for a Markdown table cell: pipes escaped, not rewritten."""
+    return (text or "").replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def summary_markdown(results: dict) -> str:
@@ -175,26 +138,44 @@ def summary_markdown(results: dict) -> str:
              f"{len(swe['FAIL_TO_PASS']['success']) + len(swe['FAIL_TO_PASS']['failure'])} pass",
              f"- other checks (PASS_TO_PASS): {len(swe['PASS_TO_PASS']['success'])} of "
              f"{len(swe['PASS_TO_PASS']['success']) + len(swe['PASS_TO_PASS']['failure'])} pass",
-             f"- graded in {results['duration_s']} s", ""]
+             f"- graded in {results['duration_s']} s; sandbox: {results['sandbox']}", ""]
     failing = [t for t in results["tests"] if t["status"] == "fail"]
     if failing:
         lines += ["| check | symptom |", "|---|---|"]
-        lines += [f"| `{t['name']}` | {(t['message'] or '').replace('|', '/')} |" for t in failing]
+        lines += [f"| `{t['name']}` | {cell(t['message'])} |" for t in failing]
     return "\n".join(lines) + "\n"
 
 
-def grade(number, submission, out, time_limit=600, memory_gb=8.0, check_timeout=60) -> int:
+def prepare_out(out) -> Path:
+    if out in (None, ""):
+        raise UsageError("OUT is required: the folder for results.json, junit.xml and summary.md "
+                         "(make grade N=.. SUBMISSION=.. OUT=dir)")
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    submission = Path(submission)
-    bugs = load_bugs()
-    kata = find_kata(number)  # a CatalogueError here is the caller's mistake, not the submission's
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write to {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="auto") -> int:
+    try:
+        kata = find_kata(number)
+    except CatalogueError as exc:
+        raise UsageError(str(exc)) from None
+    out, submission, bugs = prepare_out(out), Path(submission), load_bugs()
     if not submission.is_file():
-        run = {"returncode": None, "timed_out": False, "report": None, "output": "", "seconds": 0.0}
-        results = build_results(kata, bugs, run, f"{submission}: no such file", submission)
+        run = matrix.Run(1, [{}], {}, "none", [])
+        results = build_results(kata, bugs, run, f"{submission}: no such file", submission, 0.0)
     else:
-        run = run_isolated(submission, time_limit, memory_gb, check_timeout)
-        results = build_results(kata, bugs, run, diagnose(run, time_limit, memory_gb), submission)
+        try:
+            run, seconds = judge(submission, time_limit, memory_gb, sandbox)
+        except RuntimeError as exc:  # --sandbox bubblewrap where it cannot run
+            raise UsageError(str(exc)) from None
+        results = build_results(kata, bugs, run, why_no_verdict(run), submission, seconds)
     (out / "results.json").write_text(json.dumps(results, indent=1))
     write_junit(results, out / "junit.xml")
     (out / "summary.md").write_text(summary_markdown(results))
@@ -205,16 +186,19 @@ def grade(number, submission, out, time_limit=600, memory_gb=8.0, check_timeout=
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("n", help="the kata number")
-    p.add_argument("submission")
-    p.add_argument("out")
-    p.add_argument("--time-limit", type=int, default=600, help="wall-clock seconds for the whole run")
-    p.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit of the checks' process")
-    p.add_argument("--check-timeout", type=int, default=60, help="seconds per check (and for the import)")
+    p.add_argument("n", help="the kata number the submission fixes")
+    p.add_argument("submission", help="the submitted file (a fixed copy of the kata's grpo.py)")
+    p.add_argument("out", nargs="?", default=None, help="folder for results.json, junit.xml and summary.md")
+    p.add_argument("--time-limit", type=float, default=600.0,
+                   help="wall-clock seconds for the whole grading; calls after it fail (default 600)")
+    p.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit of the worker (default 8)")
+    p.add_argument("--sandbox", choices=["auto", "bubblewrap", "process"], default="auto",
+                   help="auto: bubblewrap where it can run, else a plain process (said in results.json); "
+                        "bubblewrap: refuse to grade without it")
     a = p.parse_args(argv)
     try:
-        return grade(a.n, a.submission, a.out, a.time_limit, a.memory_gb, a.check_timeout)
-    except CatalogueError as exc:
+        return grade(a.n, a.submission, a.out, a.time_limit, a.memory_gb, a.sandbox)
+    except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

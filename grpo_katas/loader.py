@@ -1,5 +1,6 @@
-"""Load a file that claims to implement the GRPO contract, turning every way it can fail at import into one
-TargetError line that names the file and line. Used by the checks' conftest and by the practice CLI."""
+"""Import a GRPO loop in this process, turning every way it can fail at import into one TargetError line that
+names the file and line. For running a loop (`make run`, `make train`), never for judging one: the checks import
+targets only in a worker process (grpo_katas/judge)."""
 import hashlib
 import importlib.util
 import os

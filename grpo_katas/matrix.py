@@ -1,97 +1,147 @@
-"""Run the hidden checks against one or many targets in a single pytest process and record, per target, which
-checks passed. A check is `component::name`; it fails for a target if any of its draws fails or errors.
+"""Run the hidden checks against one or many targets and seeds, and record a verdict per target, seed and check.
 
-    python -m grpo_katas.matrix --seed 0 --out results.json target.py [target.py ...]
+    python -m grpo_katas.matrix --seed 0 --seed 1 --out results.json target.py [target.py ...]
 
-The verdicts come from pytest's own reports (a plugin hook), never from what the targets print.
+pytest runs in this process (the judge): the targets are imported by a worker process only (conftest.py,
+grpo_katas/judge). A check passes only on evidence: every one of its test items (its draws) for that target and
+seed must have run its call phase and passed. Skipped, errored or missing items are failures, each with a
+message; so is an item whose setup or teardown failed. Each failure also records how it came about: the check's
+own assertion ("assertion"), a contract call that raised, hung or crashed ("call"), or an exception in the
+checks' own code ("error", which `make verify` refuses).
 """
 import argparse
+import contextlib
+import io
 import json
 import sys
 from collections import defaultdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
 
-from grpo_katas import CHECKS
-from grpo_katas.tripwire import Tripwire, foreign_origins
+from grpo_katas import CHECKS, ROOT
+from grpo_katas.catalogue import CheckId
 
 
-def check_id(item) -> str:
-    component = item.get_closest_marker("component").args[0]
-    return f"{component}::{item.originalname.removeprefix('test_')}"
+@dataclass
+class Verdict:
+    passed: bool
+    message: str = ""
+    kind: str = ""        # how the first failure came about: assertion, call, error, skipped, missing
+    items: int = 0        # test items (draws) that ran for this check
+
+
+@dataclass
+class Run:
+    exit_code: int
+    verdicts: list        # per target: {seed: {CheckId: Verdict}}
+    load_errors: dict     # target index -> message
+    sandbox: str          # the worker's sandbox mode, and why when it is not bubblewrap
+    events: list          # hangs, crashes and restarts of the worker
+
+    def of(self, target: int, seed: int) -> dict:
+        return self.verdicts[target].get(seed, {})
+
+
+def check_id(item) -> CheckId:
+    return CheckId(item.get_closest_marker("component").args[0], item.originalname.removeprefix("test_"))
 
 
 class Collector:
-    """Per target index and check: passed (bool) and the first failure's message."""
+    """A pytest plugin that files every report under (target, seed, check) and keeps the worker's record."""
 
-    def __init__(self, targets, forbidden=()):
+    def __init__(self, targets):
         self.index = {str(Path(t).resolve()): i for i, t in enumerate(targets)}
-        self.ids = {}
-        self.results = defaultdict(dict)
-        self.tripwire = Tripwire()  # before pytest imports any target
-        self.forbidden = [Path(f).resolve() for f in forbidden]
-        self.foreign = []
+        self.where = {}                          # nodeid -> (target index, seed, CheckId)
+        self.outcomes = defaultdict(dict)        # nodeid -> {phase: (outcome, message, kind)}
+        self.worker = None
 
-    def pytest_collection_modifyitems(self, items):
-        modules = {}
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_collection_modifyitems(self, config, items):
+        seeds = tuple(config.getoption("--seed") or [0])
         for item in items:
-            module = item.callspec.params["grpo"]
-            modules[module.__name__] = module
-            self.ids[item.nodeid] = (self.index[str(Path(module.__file__).resolve())], check_id(item))
-        if self.forbidden:
-            for module in modules.values():
-                self.foreign += foreign_origins(module, self.forbidden)
-        self.tripwire.check()
-
-    def pytest_runtest_teardown(self, item):
-        self.tripwire.check()
+            params = getattr(item, "callspec", None) and item.callspec.params
+            if not params or "grpo" not in params:
+                continue
+            target = params["grpo"]
+            self.worker = target.worker
+            # a check that draws nothing from the seed (the training run) stands for every seed
+            self.where[item.nodeid] = (self.index[str(target.path.resolve())],
+                                       (params["seed"],) if "seed" in params else seeds, check_id(item))
 
     def pytest_runtest_logreport(self, report):
-        if report.nodeid not in self.ids or (report.when != "call" and report.passed):
+        if report.nodeid in self.where:
+            kind = dict(report.user_properties).get("failure", "skipped" if report.skipped else "")
+            self.outcomes[report.nodeid][report.when] = (report.outcome, failure_message(report), kind)
+
+    def verdicts(self, n_targets: int) -> list:
+        out = [defaultdict(dict) for _ in range(n_targets)]
+        for nodeid, (target, seeds, check) in self.where.items():
+            for seed in seeds:
+                self.file(out[target][seed].setdefault(check, Verdict(True)), self.outcomes.get(nodeid, {}))
+        return [dict(t) for t in out]
+
+    @staticmethod
+    def file(v: Verdict, phases: dict) -> None:
+        v.items += "call" in phases
+        if not v.passed:
             return
-        target, check = self.ids[report.nodeid]
-        entry = self.results[target].setdefault(check, {"passed": True, "message": ""})
-        if report.failed and entry["passed"]:
-            entry["passed"] = False
-            entry["message"] = failure_message(report)
+        bad = [(when, o) for when, o in phases.items() if o[0] != "passed"]
+        if bad:
+            when, (outcome, message, kind) = bad[0]
+            v.passed, v.kind = False, kind or "error"
+            v.message = message if outcome == "failed" else f"{outcome} in {when}: {message}"
+        elif "call" not in phases:
+            v.passed, v.kind, v.message = False, "missing", "did not run"
 
 
 def failure_message(report) -> str:
-    """The assertion's own message (the symptom), without the traceback."""
-    crash = getattr(report.longrepr, "reprcrash", None)
-    text = crash.message if crash is not None else str(report.longrepr)
-    text = text.removeprefix("AssertionError: ").removeprefix("Failed: ")
+    """The failure's own message (the symptom), without the traceback."""
+    if report.passed:
+        return ""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple):  # a skip: (file, line, reason)
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    crash = getattr(longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(longrepr)
+    for prefix in ("AssertionError: ", "Failed: ", "grpo_katas.judge.client.CallFailed: "):
+        text = text.removeprefix(prefix)
     return text.split("\nassert ")[0].strip()
 
 
-def run(targets, seed: int, extra=(), checks=CHECKS, forbidden=()) -> tuple:
-    """(exit code, [{check: {passed, message}} per target], collector). Runs in this process."""
-    collector = Collector(targets, forbidden)
-    root = Path(checks).resolve().parent
-    args = [str(checks), "-q", "-p", "no:cacheprovider", "--rootdir", str(root), f"--seed={seed}",
-            "--no-header", "-o", "console_output_style=classic", *extra]
-    args += [f"--target={t}" for t in targets]
-    code = pytest.main(args, plugins=[collector])
-    collector.tripwire.check()
-    return int(code), [collector.results.get(i, {}) for i in range(len(targets))], collector
+def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, time_limit: float | None = None,
+        checks: Path = CHECKS, echo: bool = False) -> Run:
+    """Run the checks in this process against the targets; the targets run in one worker process."""
+    collector = Collector(targets)
+    args = [str(checks), "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT), "--no-header",
+            "-o", "console_output_style=classic", "--tb=no", f"--sandbox={sandbox}", f"--memory-gb={memory_gb}",
+            *[f"--seed={s}" for s in seeds], *[f"--target={t}" for t in targets]]
+    if time_limit is not None:
+        args.append(f"--time-limit={time_limit}")
+    sink = contextlib.nullcontext() if echo else contextlib.redirect_stdout(io.StringIO())
+    with sink:
+        code = int(pytest.main(args, plugins=[collector]))
+    w = collector.worker
+    load_errors = {collector.index[str(w.targets[k].resolve())]: m for k, m in w.load_errors.items()} if w else {}
+    sandbox_desc = (w.mode + (f" ({w.why})" if w.why else "")) if w else "none"
+    return Run(code, collector.verdicts(len(targets)), load_errors, sandbox_desc, list(w.events) if w else [])
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--checks", default=str(CHECKS), help="the checks folder (its parent holds the conftest)")
-    parser.add_argument("--forbid", action="append", default=[], help="a folder the targets must not load from")
+    parser.add_argument("--seed", type=int, action="append", default=None, help="repeatable (default 0)")
+    parser.add_argument("--out", required=True, help="where to write the verdicts as JSON")
+    parser.add_argument("--sandbox", default="auto", choices=["auto", "bubblewrap", "process"])
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args(argv)
-    code, results, collector = run(args.targets, args.seed, extra=["--tb=no"], checks=args.checks,
-                                   forbidden=args.forbid)
-    report = {"exit_code": code, "targets": args.targets, "results": results,
-              "tampered": collector.tripwire.tampered, "foreign": collector.foreign}
-    with open(args.out, "w") as f:
-        json.dump(report, f)
-    return code
+    r = run(args.targets, args.seed or [0], sandbox=args.sandbox)
+    report = {"exit_code": r.exit_code, "targets": args.targets, "load_errors": r.load_errors,
+              "sandbox": r.sandbox, "events": r.events,
+              "verdicts": [{str(seed): {str(c): asdict(v) for c, v in by_check.items()}
+                            for seed, by_check in t.items()} for t in r.verdicts]}
+    Path(args.out).write_text(json.dumps(report))
+    return r.exit_code
 
 
 if __name__ == "__main__":

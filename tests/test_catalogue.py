@@ -48,11 +48,12 @@ def test_nothing_in_a_kata_gives_a_bug_away():
 
 def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
     from grpo_katas.cli import fixed_bugs
+    from grpo_katas.matrix import Verdict
     kata = next(k for k in KATAS if k.number == 18)
     still_broken = ["adv-tiled-groups", "kl-beta-hardcoded"]
     failing = set().union(*(BUGS[b].checks for b in still_broken))
     every = set().union(*(b.checks for b in BUGS.values()))
-    results = {c: {"passed": c not in failing, "message": ""} for c in every}
+    results = {c: Verdict(c not in failing) for c in every}
     assert fixed_bugs(kata, BUGS, results) == 2
-    assert fixed_bugs(kata, BUGS, {c: {"passed": True, "message": ""} for c in every}) == 4
+    assert fixed_bugs(kata, BUGS, {c: Verdict(True) for c in every}) == 4
     assert fixed_bugs(kata, BUGS, {}) == 0

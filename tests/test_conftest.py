@@ -9,7 +9,7 @@ from grpo_katas import ROOT
 BROKEN = {
     "syntax": ("def f(:\n    pass\n", "SyntaxError", ":1"),
     "import": ("import no_such_module_here\n", "ModuleNotFoundError", ":1"),
-    "exit": ("import sys\nsys.exit(3)\n", "exits at import", ":2"),
+    "exit": ("import sys\nsys.exit(3)\n", "SystemExit(3)", ":2"),
     "raise": ("x = 1\nraise RuntimeError('boom')\n", "RuntimeError: boom", ":2"),
 }
 

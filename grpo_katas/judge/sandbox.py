@@ -1,0 +1,177 @@
+"""How the worker is started, limited, measured and stopped.
+
+Two modes, chosen by `resolve`:
+- "bubblewrap" (Linux with the bubblewrap package and user or root namespaces): the worker sees only the Python
+  environment (read-only), lab/, the four files it runs (judge/__init__, wire, standins, worker) and the target
+  files, all read-only, plus an empty /tmp. No repository, no checks/, no solutions/, no katas/, no output
+  folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap kills
+  every process the worker started, including ones that called setsid.
+- "process" (fallback where bubblewrap cannot run): a plain `python -I` child in its own session. Same
+  protocol, same limits and budgets, but it can read whatever the user running the judge can read and can
+  use the network; processes it double-forks can outlive it.
+Both get an address-space limit, a CPU-time backstop, no core files, stdout and stderr to files nobody reads,
+and a clean environment.
+"""
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_katas import ROOT
+
+WORKER_FILES = ["grpo_katas/__init__.py", "grpo_katas/judge/__init__.py", "grpo_katas/judge/wire.py",
+                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py"]
+INSIDE = Path("/judge")          # where lab/ and the worker's files appear inside the sandbox
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_gb: float = 8.0       # address space of the worker and everything it starts
+    cpu_s: int = 3600            # CPU seconds over the worker's whole life (calls have their own budgets)
+    threads: int = 1             # torch threads in the worker: the judge needs the other core
+
+
+_probe_cache = {}
+
+
+def resolve(mode: str = "auto") -> tuple:
+    """(mode, why): the sandbox to use and, when it is not bubblewrap, why not."""
+    if mode == "process":
+        return "process", "asked for a plain process (--sandbox process)"
+    if mode not in ("auto", "bubblewrap"):
+        raise ValueError(f"unknown sandbox mode {mode!r}; choose auto, bubblewrap or process")
+    if "why" not in _probe_cache:
+        _probe_cache["why"] = _probe()
+    why = _probe_cache["why"]
+    if why is None:
+        return "bubblewrap", ""
+    if mode == "bubblewrap":
+        raise RuntimeError(f"the bubblewrap sandbox was required but cannot run: {why}")
+    return "process", why
+
+
+def _probe() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return f"bubblewrap needs Linux (this is {sys.platform})"
+    if shutil.which("bwrap") is None:
+        return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
+    try:
+        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                           capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"bubblewrap failed to start ({exc})"
+    if r.returncode != 0:
+        return f"bubblewrap cannot create namespaces here ({r.stderr.strip()[:200] or r.returncode})"
+    return None
+
+
+def _system_binds() -> list:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for d in ("/bin", "/sbin", "/lib", "/lib32", "/lib64"):
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for prefix in {os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), sys.prefix}:
+        if not prefix.startswith("/usr"):
+            args += ["--ro-bind", prefix, prefix]
+    return args
+
+
+def visible_paths(mode: str, targets: dict) -> dict:
+    """key -> the path the worker imports the target from."""
+    if mode == "process":
+        return {k: str(Path(p).resolve()) for k, p in targets.items()}
+    return {k: f"/targets/{i}/{Path(p).name}" for i, (k, p) in enumerate(targets.items())}
+
+
+def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
+    root = str(ROOT) if mode == "process" else str(INSIDE)
+    python = [sys.executable, "-I", "-c",
+              f"import sys; sys.path.insert(0, {root!r}); "
+              f"from grpo_katas.judge.worker import main; main({fd})"]
+    if mode == "process":
+        return python
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
+            *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+            "--ro-bind", str(ROOT / "lab"), str(INSIDE / "lab")]
+    for f in WORKER_FILES:
+        args += ["--ro-bind", str(ROOT / f), str(INSIDE / f)]
+    inside = visible_paths(mode, targets)
+    for k, p in targets.items():
+        args += ["--ro-bind", str(Path(p).resolve()), inside[k]]
+    for name, value in environment(limits).items():
+        args += ["--setenv", name, value]
+    return args + ["--chdir", "/tmp", *python]
+
+
+def environment(limits: Limits) -> dict:
+    n = str(limits.threads)
+    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore", "LANG": "C.UTF-8"}
+
+
+def launch(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
+    def apply_limits():
+        size = int(limits.memory_gb * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    out = open(log_dir / "worker.log", "ab")
+    try:
+        return subprocess.Popen(command(mode, targets, fd, limits), pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT, cwd=log_dir, env=environment(limits),
+                                start_new_session=True, preexec_fn=apply_limits)
+    finally:
+        out.close()
+
+
+def descendants(pid: int) -> list:
+    """pid and every process below it (children of every thread, recursively)."""
+    out, stack = [], [pid]
+    while stack:
+        p = stack.pop()
+        out.append(p)
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/children") as f:
+                    stack += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return out
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of pid's whole process tree, children already reaped included."""
+    total = 0
+    for p in descendants(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / TICK
+
+
+def kill(proc: subprocess.Popen) -> None:
+    """SIGKILL the worker and every process below it; in bubblewrap mode the PID namespace goes with it."""
+    for p in reversed(descendants(proc.pid)):
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        pass

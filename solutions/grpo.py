@@ -11,8 +11,11 @@ Shapes: B prompts, G = group_size, N = B*G rows, P prompt columns (left-padded),
 V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V) and
 derives positions from the mask. Device and dtype come from the model; nothing is tied to CUDA.
 
-Where this departs from the paper (the option names and meanings are TRL's GRPOTrainer):
-- mu (num_iterations) defaults to 1, as in the paper's experiments; the KL term sits in the loss, not the reward.
+Where this departs from the paper. The defaults are eq. 3 as written (each row's token mean, averaged over rows;
+each group's z-score of the rewards; a symmetric clip; the k3 KL in the loss, not the reward; mu = 1), except
+that adv_eps is added to the std (TRL's 1e-4) and the reference policy stays the starting policy for the whole
+run (no reference reset as in the paper's iterative GRPO, section 4.2). The options beyond it take the names
+and meanings of TRL's GRPOTrainer:
 - loss_type picks how per-token losses become one number (LOSS_TYPES): "grpo" is the per-row mean of eq. 3;
   "bnpo", "dr_grpo" (arXiv 2503.20783) and "dapo" (arXiv 2503.14476) weigh every token alike.
 - scale_rewards: divide the centred rewards by the group std (the paper), the batch std, or nothing (Dr. GRPO).
@@ -127,7 +130,7 @@ def batch_std(r: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 def no_scale(r: torch.Tensor, eps: float) -> torch.Tensor:
-    """(): centre only, no division (Dr. GRPO, arXiv 2503.20783, section 3.1; TRL "none")."""
+    """(): centre only, no division (Dr. GRPO, arXiv 2503.20783; TRL "none")."""
     return torch.ones((), dtype=r.dtype, device=r.device)
 
 
@@ -164,8 +167,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 # 6) the clipped surrogate loss ------------------------------------------------------------------------
-# LOSS_TYPES: how one call's masked per-token losses (n, T) become a scalar, and what grpo_step multiplies a
-# micro-batch's loss by (rows in it, N rows in all, k micro-batches) so that k micro-batches add up as TRL's do.
+# LOSS_TYPES: how one call's masked per-token losses (N, T) become a scalar, and what grpo_step multiplies a
+# micro-batch's loss by (rows in it, N rows in the whole batch, k micro-batches).
 
 def per_row_token_mean(per_token, mask, cfg, num_tokens):
     """Mean over rows of each row's token mean: DeepSeekMath eq. 3 (TRL loss_type="grpo")."""
@@ -184,13 +187,13 @@ def max_length_sum(per_token, mask, cfg, num_tokens):
 
 
 def global_token_mean(per_token, mask, cfg, num_tokens):
-    """Token sum over the tokens of the whole accumulated batch, num_tokens (DAPO, arXiv 2503.14476, eq. 8;
+    """Token sum over the tokens of the whole accumulated batch, num_tokens (DAPO, arXiv 2503.14476;
     TRL "dapo"); this call's own count when num_tokens is None."""
     return (per_token * mask).sum() / (mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens)
 
 
 class LossType(NamedTuple):
-    aggregate: Callable      # (per_token (n, T), mask (n, T), cfg, num_tokens) -> scalar
+    aggregate: Callable      # (per_token (N, T), mask (N, T), cfg, num_tokens) -> scalar
     micro_weight: Callable   # (rows in the micro-batch, N, grad_accum_steps) -> factor on its loss
 
 
@@ -198,7 +201,7 @@ LOSS_TYPES: dict[str, LossType] = {
     "grpo": LossType(per_row_token_mean, lambda rows, N, k: rows / N),    # DeepSeekMath eq. 3
     "bnpo": LossType(local_token_mean, lambda rows, N, k: 1 / k),         # TRL: local mean / accumulation steps
     "dr_grpo": LossType(max_length_sum, lambda rows, N, k: rows / N),     # Dr. GRPO, arXiv 2503.20783
-    "dapo": LossType(global_token_mean, lambda rows, N, k: 1.0),          # DAPO, arXiv 2503.14476, eq. 8
+    "dapo": LossType(global_token_mean, lambda rows, N, k: 1.0),          # DAPO, arXiv 2503.14476
 }
 
 

@@ -61,7 +61,7 @@ LOSS_AGG_MODE = {
     "grpo": "seq-mean-token-mean",
     "bnpo": "token-mean",
     "dr_grpo": "seq-mean-token-sum-norm",
-    "dapo": "token-mean",  # with the token count of the global batch
+    "dapo": "token-mean",  # batch_num_tokens from the caller
 }
 
 

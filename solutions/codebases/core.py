@@ -163,8 +163,13 @@ def compute_grpo_outcome_advantage(scores: torch.Tensor, index: list, epsilon: f
     return scores
 
 
+def prompt_uid(bsz: int, group_size: int) -> torch.Tensor:
+    """uid of the prompt each of the bsz responses answers, (bs,)"""
+    return torch.arange(bsz) // group_size
+
+
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
-    uid = (torch.arange(rewards.shape[0]) // group_size).tolist()
+    uid = prompt_uid(rewards.shape[0], group_size).tolist()
     return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps, scale_rewards=scale)
 
 
@@ -333,7 +338,7 @@ def rollout_to_batch(rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -
         "attention_mask": rollout.attention_mask,
         "response_mask": rollout.completion_mask,
         "token_level_scores": rewards,  # outcome reward, one per response
-        "uid": torch.arange(rollout.input_ids.shape[0]) // cfg.group_size,
+        "uid": prompt_uid(rollout.input_ids.shape[0], cfg.group_size),
         "rollout_log_probs": rollout.sampler_logp,
         "meta_info": {"temperature": cfg.temperature, "prompt_length": rollout.prompt_len},
     }

@@ -1,19 +1,47 @@
-"""The bug catalogue and the katas, as data: loading, planting bugs into the reference, rebuilding katas.
+"""The bug catalogue, the codebases and the katas, as data: loading, planting bugs into a codebase, rebuilding katas.
 
-A bug is a list of exact edits ({find, replace}) on solutions/grpo.py; a kata is the reference with its bugs
-planted, written to katas/NN-slug/grpo.py. `python -m grpo_katas.catalogue build` rebuilds every kata after a
-change to the reference; the tests fail until it is run.
+    katas/bugs.toml           every bug: what is wrong, the symptom, the thread, the checks that catch it, its tells
+    katas/edits/CODEBASE.toml how each bug is planted into that codebase (exact find/replace edits) or why it cannot
+                              be, and tells in that codebase's own words
+    katas/NN-slug/kata.toml   a kata: title, tier, time box, codebase, bugs, hint ladder, the symptoms its brief cites
+
+A kata's grpo.py is its codebase with its bugs planted, so the kata with its fixes applied is that codebase byte
+for byte. `python -m grpo_katas.catalogue build` rebuilds every kata after a change to a codebase or an edit; the
+tests fail until it is run.
 """
 import re
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from grpo_katas import KATAS, REFERENCE
+from grpo_katas import KATAS, REFERENCE, ROOT
 
 COMPONENTS = ["sampling", "advantages", "log-probs", "kl", "loss", "update", "training"]
-TIERS = ["warm-up", "practice", "interview"]
+TIERS = ["warm-up", "practice", "frontier", "interview"]
+
+
+class CatalogueError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Codebase:
+    name: str
+    path: Path
+    style: str   # where its style comes from, in one line
+
+
+CODEBASES = {c.name: c for c in [
+    Codebase("paper", REFERENCE, "the paper's steps top to bottom as small functions, in the manner of nanoGPT's "
+             "train.py (the reference the README teaches from)"),
+    Codebase("trainer", ROOT / "solutions" / "codebases" / "trainer.py", "a trainer class holding policy, reference "
+             "and optimizer, in the manner of TRL's GRPOTrainer (trl/trainer/grpo_trainer.py)"),
+    Codebase("script", ROOT / "solutions" / "codebases" / "script.py", "one flat script with few helpers and inline "
+             "loops, in the manner of nanochat's scripts/chat_rl.py"),
+    Codebase("core", ROOT / "solutions" / "codebases" / "core.py", "core algorithms passed a batch dict, advantages "
+             "grouped by prompt uid, in the manner of verl's verl/trainer/ppo/core_algos.py"),
+]}
 
 
 @dataclass(frozen=True)
@@ -43,8 +71,17 @@ class Bug:
     what: str
     symptom: str
     thread: str
-    checks: tuple  # (CheckId, ...)
-    edits: tuple   # ((find, replace), ...)
+    checks: tuple                               # (CheckId, ...)
+    tells: tuple = ()                           # words that would give the bug away in a kata that carries it
+    edits: dict = field(default_factory=dict)   # codebase -> ((find, replace), ...)
+    skip: dict = field(default_factory=dict)    # codebase -> why the bug cannot be planted there
+    declared: dict = field(default_factory=dict)  # codebase -> its own checks, where they differ (with a why)
+
+    def applies_to(self, codebase: str) -> bool:
+        return codebase in self.edits
+
+    def checks_in(self, codebase: str) -> tuple:
+        return self.declared.get(codebase, self.checks)
 
 
 @dataclass(frozen=True)
@@ -54,8 +91,11 @@ class Kata:
     title: str
     tier: str
     minutes: int
+    codebase: str
     bugs: tuple
     hints: tuple
+    symptoms: tuple     # ({"metric", "step", ...}, ...): what the brief cites, checked against a run by verify
+    settings: dict      # GRPOConfig overrides the brief's run uses (e.g. temperature=0.7)
     path: Path
 
     @property
@@ -71,22 +111,39 @@ class Kata:
         return (self.path / "BRIEF.md").read_text()
 
 
-class CatalogueError(Exception):
-    pass
-
-
-def load_bugs(path: Path = KATAS / "bugs.toml") -> dict:
-    data = tomllib.loads(path.read_text())
+def load_bugs(root: Path = KATAS) -> dict:
+    data = tomllib.loads((root / "bugs.toml").read_text())
     bugs = {}
     for b in data["bug"]:
-        edits = tuple((e["find"], e["replace"]) for e in b["edit"])
-        checks = tuple(CheckId.parse(c) for c in b["checks"])
-        bug = Bug(b["id"], b["component"], b["what"], b["symptom"], b.get("thread", ""), checks, edits)
-        if bug.id in bugs:
-            raise CatalogueError(f"bug id {bug.id} appears twice in {path}")
-        if bug.component not in COMPONENTS:
-            raise CatalogueError(f"bug {bug.id}: unknown component {bug.component!r}")
-        bugs[bug.id] = bug
+        if b["id"] in bugs:
+            raise CatalogueError(f"bug id {b['id']} appears twice in {root / 'bugs.toml'}")
+        if b["component"] not in COMPONENTS:
+            raise CatalogueError(f"bug {b['id']}: unknown component {b['component']!r}")
+        bugs[b["id"]] = Bug(b["id"], b["component"], b["what"], b["symptom"], b.get("thread", ""),
+                            tuple(CheckId.parse(c) for c in b["checks"]), tuple(b.get("tells", ())), {}, {}, {})
+    for name in CODEBASES:
+        path = root / "edits" / f"{name}.toml"
+        data = tomllib.loads(path.read_text()) if path.exists() else {}
+        for e in data.get("edit", []):
+            if e["bug"] not in bugs:
+                raise CatalogueError(f"{path}: an edit for unknown bug {e['bug']!r}")
+            bugs[e["bug"]].edits.setdefault(name, []).append((e["find"], e["replace"]))
+        for s in data.get("skip", []):
+            if s["bug"] not in bugs:
+                raise CatalogueError(f"{path}: a skip for unknown bug {s['bug']!r}")
+            bugs[s["bug"]].skip[name] = s["why"]
+        for d in data.get("declare", []):  # where the codebase's structure makes a bug trip other checks
+            if d["bug"] not in bugs or not d.get("why"):
+                raise CatalogueError(f"{path}: a declare needs a known bug and a why")
+            bugs[d["bug"]].declared[name] = tuple(CheckId.parse(c) for c in d["checks"])
+        for t in data.get("tell", []):  # words that give a bug away in this codebase's own idiom
+            if t["bug"] not in bugs:
+                raise CatalogueError(f"{path}: tells for unknown bug {t['bug']!r}")
+            bug = bugs[t["bug"]]
+            bugs[t["bug"]] = replace(bug, tells=bug.tells + tuple(t["words"]))
+    for bug in bugs.values():
+        for name in list(bug.edits):
+            bug.edits[name] = tuple(bug.edits[name])
     return bugs
 
 
@@ -95,8 +152,11 @@ def load_katas(root: Path = KATAS) -> list:
     for meta in sorted(root.glob("[0-9][0-9]-*/kata.toml")):
         d = tomllib.loads(meta.read_text())
         number, slug = meta.parent.name.split("-", 1)
-        katas.append(Kata(int(number), slug, d["title"], d["tier"], int(d["minutes"]), tuple(d["bugs"]),
-                          tuple(d["hints"]), meta.parent))
+        codebase = d.get("codebase", "paper")
+        if codebase not in CODEBASES:
+            raise CatalogueError(f"{meta}: unknown codebase {codebase!r}; one of {', '.join(CODEBASES)}")
+        katas.append(Kata(int(number), slug, d["title"], d["tier"], int(d["minutes"]), codebase, tuple(d["bugs"]),
+                          tuple(d["hints"]), tuple(d.get("symptom", ())), dict(d.get("settings", {})), meta.parent))
     return katas
 
 
@@ -112,28 +172,54 @@ def find_kata(number, katas=None):
     raise CatalogueError(f"there is no kata {int(number)}; valid: {valid}")
 
 
-def plant(source: str, bugs) -> str:
-    """The source with each bug's edits applied in order; every `find` must occur exactly once."""
+def plant(source: str, bugs, codebase: str = "paper") -> str:
+    """The codebase's source with each bug's edits applied in order; every `find` must occur exactly once."""
     for bug in bugs:
-        for find, replace in bug.edits:
-            count = source.count(find)
+        if not bug.applies_to(codebase):
+            why = bug.skip.get(codebase, "no edits are recorded for it")
+            raise CatalogueError(f"bug {bug.id} cannot be planted in the {codebase} codebase: {why}")
+        for old, new in bug.edits[codebase]:
+            count = source.count(old)
             if count != 1:
-                raise CatalogueError(f"bug {bug.id}: edit target found {count} times, expected once:\n{find}")
-            source = source.replace(find, replace)
+                raise CatalogueError(f"bug {bug.id} ({codebase}): edit target found {count} times, expected once:\n"
+                                     f"{old}")
+            source = source.replace(old, new)
     return source
 
 
+def codebase_source(name: str) -> str:
+    return CODEBASES[name].path.read_text()
+
+
 def kata_source(kata: Kata, bugs: dict) -> str:
-    return plant(REFERENCE.read_text(), [bugs[b] for b in kata.bugs])
+    return plant(codebase_source(kata.codebase), [bugs[b] for b in kata.bugs], kata.codebase)
 
 
 def fail_to_pass(kata: Kata, bugs: dict) -> set:
-    return set().union(*(bugs[b].checks for b in kata.bugs))
+    return set().union(*(bugs[b].checks_in(kata.codebase) for b in kata.bugs))
+
+
+def tells_in(text: str, bugs) -> list:
+    """(bug id, tell) for every tell of these bugs that the text contains (case-insensitive)."""
+    lower = text.lower()
+    return [(b.id, t) for b in bugs for t in b.tells if t.lower() in lower]
+
+
+def fixed_bugs(kata: Kata, bugs: dict, verdicts: dict) -> int:
+    """How many planted bugs are fixed. A bug is judged by the checks that only it trips among the kata's bugs;
+    where it shares all of them, by the checks of its own component. A check that did not run counts as failing."""
+    count = 0
+    for b in kata.bugs:
+        declared = bugs[b].checks_in(kata.codebase)
+        others = set().union(*(bugs[o].checks_in(kata.codebase) for o in kata.bugs if o != b))
+        mine = [c for c in declared if c not in others] or [c for c in declared if c.component == bugs[b].component]
+        count += all(c in verdicts and verdicts[c].passed for c in mine)
+    return count
 
 
 def build(root: Path = KATAS) -> list:
-    """Rewrite every kata's loop from the reference and its bugs; returns the katas that changed."""
-    bugs, changed = load_bugs(root / "bugs.toml"), []
+    """Rewrite every kata's loop from its codebase and its bugs; returns the katas that changed."""
+    bugs, changed = load_bugs(root), []
     for kata in load_katas(root):
         text = kata_source(kata, bugs)
         if not kata.loop.exists() or kata.loop.read_text() != text:

@@ -47,7 +47,7 @@ def test_nothing_in_a_kata_gives_a_bug_away():
 
 
 def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
-    from grpo_katas.cli import fixed_bugs
+    from grpo_katas.catalogue import fixed_bugs
     from grpo_katas.matrix import Verdict
     kata = next(k for k in KATAS if k.number == 18)
     still_broken = ["adv-tiled-groups", "kl-beta-hardcoded"]

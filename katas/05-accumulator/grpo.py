@@ -1,22 +1,35 @@
-"""GRPO, the reference: the corrected loop that every kata is measured against.
+"""GRPO: Group Relative Policy Optimization on a small causal LM, read top to bottom.
 
 Group Relative Policy Optimization (DeepSeekMath, arXiv 2402.03300, section 4.1): sample G completions per
 prompt, score them with a verifiable reward, use each group's mean and std as the baseline, and take clipped
-policy-gradient steps with a k3 KL penalty against a frozen reference policy. Read it top to bottom:
+policy-gradient steps with a k3 KL penalty against a frozen reference policy.
 
     config -> 1) sample groups -> 2) rewards -> 3) advantages -> 4) log-probs -> 5) KL -> 6) loss
-           -> 7) one update (mu inner steps) -> 8) the training loop
+           -> 7) one update (mu inner steps, micro-batched) -> 8) the training loop
 
 Shapes: B prompts, G = group_size, N = B*G rows, P prompt columns (left-padded), T completion columns,
 V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V) and
-derives positions from the mask. Where this departs from the paper: mu (num_iterations) defaults to 1 as in
-the paper's experiments, the loss is the per-row mean of the paper's eq. 3 (TRL's loss_type="grpo"), and the
-KL term sits in the loss, not the reward. Device and dtype come from the model; nothing is tied to CUDA.
+derives positions from the mask. Device and dtype come from the model; nothing is tied to CUDA.
+
+Where this departs from the paper. The defaults are eq. 3 as written (each row's token mean, averaged over rows;
+each group's z-score of the rewards; a symmetric clip; the k3 KL in the loss, not the reward; mu = 1), except
+that adv_eps is added to the std (TRL's 1e-4) and the reference policy stays the starting policy for the whole
+run (no reference reset as in the paper's iterative GRPO, section 4.2). The options beyond it take the names
+and meanings of TRL's GRPOTrainer:
+- loss_type picks how per-token losses become one number (LOSS_TYPES): "grpo" is the per-row mean of eq. 3;
+  "bnpo", "dr_grpo" (arXiv 2503.20783) and "dapo" (arXiv 2503.14476) weigh every token alike.
+- scale_rewards: divide the centred rewards by the group std (the paper), the batch std, or nothing (Dr. GRPO).
+- clip_eps_high: an upper clip bound apart from the lower one (DAPO's clip-higher).
+- is_cap: a capped per-token importance weight between pi_old and the sampler that drew the tokens
+  (TRL's vllm_importance_sampling_correction, token_truncate mode).
+- grad_accum_steps: the batch is backpropagated in micro-batches, one optimizer step per inner iteration.
 """
 import copy
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import torch
+import torch.distributed as dist
 
 
 @dataclass(frozen=True)
@@ -30,12 +43,23 @@ class GRPOConfig:
     num_iterations: int = 1      # mu: policy updates per batch of rollouts (paper 1; >1 makes the clip bite)
     lr: float = 3e-3             # AdamW learning rate; high because the lab model is tiny (paper 1e-6)
     max_grad_norm: float = 1.0   # global grad-norm clip before each optimizer step
+    loss_type: str = "grpo"      # token aggregation, one of LOSS_TYPES (TRL's default is now "dapo")
+    scale_rewards: str = "group"  # advantage scale, one of REWARD_SCALES: "group" | "batch" | "none" (TRL)
+    clip_eps_high: float | None = None  # upper clip 1 + clip_eps_high; None: clip_eps (DAPO uses 0.28)
+    grad_accum_steps: int = 1    # micro-batches per optimizer step; fewer rows in memory at a time
+    is_cap: float | None = None  # cap on the pi_old / sampler weight; None: no correction (TRL uses 3.0)
 
     def __post_init__(self):
         if self.group_size < 2:
             raise ValueError("group_size must be at least 2: a group of one has no baseline")
         if self.temperature <= 0:
             raise ValueError("temperature must be positive")
+        if self.loss_type not in LOSS_TYPES:
+            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {self.loss_type!r}")
+        if self.scale_rewards not in REWARD_SCALES:
+            raise ValueError(f"scale_rewards must be one of {', '.join(REWARD_SCALES)}, not {self.scale_rewards!r}")
+        if self.grad_accum_steps < 1:
+            raise ValueError("grad_accum_steps must be at least 1")
 
 
 @dataclass
@@ -44,6 +68,7 @@ class Rollout:
     attention_mask: torch.Tensor   # (N, P+T) 0 on left padding and on pad after EOS
     completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS
     prompt_len: int                # P
+    sampler_logp: torch.Tensor | None = None  # (N, T) float32 log-prob each token was drawn with; 0 after EOS
 
 
 # 1) sample a group of G completions per prompt -------------------------------------------------------
@@ -63,6 +88,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
              generator=None) -> Rollout:
     """Repeat each prompt G times contiguously and sample completions from softmax(logits / temperature).
     A row ends at its first EOS: EOS kept, pad after it with attention 0. Stops once every row has ended.
+    Records the log-prob each token was drawn with (rollout.sampler_logp), as an inference engine reports it.
     Uses the model's KV cache when it offers one (model.make_cache()), else recomputes the prefix."""
     ids = prompt_ids.repeat_interleave(cfg.group_size, dim=0)             # (N, P) rows i*G..i*G+G-1: prompt i
     mask = prompt_mask.repeat_interleave(cfg.group_size, dim=0)           # (N, P)
@@ -70,6 +96,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
     ended = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)  # (N,)
     cache = policy.make_cache() if hasattr(policy, "make_cache") else None
     new = ids                                                             # columns the model has not seen
+    drawn_logp = []                                                       # T tensors of (N,)
     for _ in range(cfg.max_new_tokens):
         if cache is None:
             logits = policy(ids, mask)[:, -1]                             # (N, V)
@@ -77,6 +104,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
             logits = policy(new, mask, cache=cache)[:, -1]                # (N, V)
         probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)   # (N, V)
         tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
+        drawn_logp.append(torch.where(ended, 0.0, probs.gather(1, tok[:, None]).squeeze(1).log()))  # (N,)
         tok = torch.where(ended, pad_id, tok)                             # (N,) pad after EOS
         ids = torch.cat([ids, tok[:, None]], dim=1)                       # (N, P+t)
         mask = torch.cat([mask, (~ended).to(mask.dtype)[:, None]], dim=1)  # (N, P+t)
@@ -84,18 +112,37 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
         new = tok[:, None]                                                # (N, 1)
         if ended.all():
             break
-    return Rollout(ids, mask, completion_mask(ids[:, P:], eos_id), P)
+    return Rollout(ids, mask, completion_mask(ids[:, P:], eos_id), P, torch.stack(drawn_logp, dim=1))
 
 
 # 3) advantages: each reward against its own group -----------------------------------------------------
+# The divisor of the centred rewards, by scale_rewards (TRL's names). r is (B, G).
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float) -> torch.Tensor:
-    """(N,) -> (N,): (r - group mean) / (group std + eps), std unbiased, groups = contiguous runs of G.
+def group_std(r: torch.Tensor, eps: float) -> torch.Tensor:
+    """(B, 1): each group's own std, the paper's z-score (TRL scale_rewards="group")."""
+    std = r.std(dim=1, keepdim=True)                                      # (B, 1) Bessel-corrected
+    return std + eps
+
+
+def batch_std(r: torch.Tensor, eps: float) -> torch.Tensor:
+    """(): one std over all N rewards of the batch (PPO Lite, arXiv 2508.08221; TRL "batch")."""
+    return r.std() + eps
+
+
+def no_scale(r: torch.Tensor, eps: float) -> torch.Tensor:
+    """(): centre only, no division (Dr. GRPO, arXiv 2503.20783; TRL "none")."""
+    return torch.ones((), dtype=r.dtype, device=r.device)
+
+
+REWARD_SCALES: dict[str, Callable] = {"group": group_std, "batch": batch_std, "none": no_scale}
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
+    """(N,) -> (N,): (r - group mean) / REWARD_SCALES[scale], groups = contiguous runs of G, std unbiased.
     One scalar per completion, shared by all its tokens (outcome supervision, paper section 4.1.2)."""
     r = rewards.detach().float().view(-1, group_size)                     # (B, G)
     mean = r.mean(dim=1, keepdim=True)                                    # (B, 1)
-    std = r.std(dim=1, keepdim=True)                                      # (B, 1) Bessel-corrected
-    return ((r - mean) / (std + eps)).view(-1)                            # (N,)
+    return ((r - mean) / REWARD_SCALES[scale](r, eps)).view(-1)          # (N,)
 
 
 # 4) per-token log-probs of the sampled completion -------------------------------------------------------
@@ -120,18 +167,62 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 # 6) the clipped surrogate loss ------------------------------------------------------------------------
+# LOSS_TYPES: how one call's masked per-token losses (N, T) become a scalar, and what grpo_step multiplies a
+# micro-batch's loss by (rows in it, N rows in the whole batch, k micro-batches).
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig) -> torch.Tensor:
-    """Scalar: mean over rows of the masked mean over that row's completion tokens of
-    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A) + beta * kl (paper eq. 3, TRL loss_type="grpo")."""
-    ratio = torch.exp(logp - old_logp)                                    # (N, T) pi / pi_old
-    adv = advantages[:, None]                                             # (N, 1) one advantage per row
-    clipped = torch.clamp(ratio, 1 - cfg.clip_eps, 1 + cfg.clip_eps)      # (N, T)
-    surrogate = torch.min(ratio * adv, clipped * adv)                     # (N, T)
-    per_token = -surrogate + cfg.beta * kl_penalty(logp, ref_logp)        # (N, T)
-    mask = completion_mask.to(per_token.dtype)                            # (N, T)
+def per_row_token_mean(per_token, mask, cfg, num_tokens):
+    """Mean over rows of each row's token mean: DeepSeekMath eq. 3 (TRL loss_type="grpo")."""
     per_row = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (N,)
     return per_row.mean()
+
+
+def local_token_mean(per_token, mask, cfg, num_tokens):
+    """Token sum over this call's token count (TRL "bnpo": normalized per micro-batch)."""
+    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def max_length_sum(per_token, mask, cfg, num_tokens):
+    """Token sum over rows * the configured max length, a constant (Dr. GRPO, arXiv 2503.20783; TRL "dr_grpo")."""
+    return (per_token * mask).sum() / (per_token.shape[0] * cfg.max_new_tokens)
+
+
+def global_token_mean(per_token, mask, cfg, num_tokens):
+    """Token sum over the tokens of the whole accumulated batch, num_tokens (DAPO, arXiv 2503.14476;
+    TRL "dapo"); this call's own count when num_tokens is None."""
+    return (per_token * mask).sum() / (mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens)
+
+
+class LossType(NamedTuple):
+    aggregate: Callable      # (per_token (N, T), mask (N, T), cfg, num_tokens) -> scalar
+    micro_weight: Callable   # (rows in the micro-batch, N, grad_accum_steps) -> factor on its loss
+
+
+LOSS_TYPES: dict[str, LossType] = {
+    "grpo": LossType(per_row_token_mean, lambda rows, N, k: rows / N),    # DeepSeekMath eq. 3
+    "bnpo": LossType(local_token_mean, lambda rows, N, k: 1 / k),         # TRL: local mean / accumulation steps
+    "dr_grpo": LossType(max_length_sum, lambda rows, N, k: rows / N),     # Dr. GRPO, arXiv 2503.20783
+    "dapo": LossType(global_token_mean, lambda rows, N, k: 1.0),          # DAPO, arXiv 2503.14476
+}
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
+              num_tokens=None, sampler_logp=None) -> torch.Tensor:
+    """Scalar: LOSS_TYPES[cfg.loss_type] over the completion tokens of
+    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A) * w + beta * kl (paper eq. 3, TRL's _compute_loss),
+    where w = min(pi_old / pi_sampler, is_cap) when cfg.is_cap and sampler_logp are given, else 1.
+    Inputs (N, T); whatever sits at masked positions (pad, inf, NaN) reaches neither the loss nor its gradient."""
+    mask = completion_mask.bool()                                         # (N, T)
+    logp, old_logp, ref_logp = (torch.where(mask, x, 0.0) for x in (logp, old_logp, ref_logp))  # (N, T)
+    ratio = torch.exp(logp - old_logp)                                    # (N, T) pi / pi_old
+    adv = advantages[:, None]                                             # (N, 1) one advantage per row
+    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
+    clipped = torch.clamp(ratio, 1 - cfg.clip_eps, 1 + eps_high)          # (N, T)
+    surrogate = torch.min(ratio * adv, clipped * adv)                     # (N, T)
+    if cfg.is_cap is not None and sampler_logp is not None:
+        drift = torch.where(mask, old_logp - sampler_logp, 0.0)           # (N, T) log pi_old / pi_sampler
+        surrogate = surrogate * torch.exp(drift).clamp(max=cfg.is_cap).detach()  # (N, T)
+    per_token = -surrogate + cfg.beta * kl_penalty(logp, ref_logp)        # (N, T)
+    return LOSS_TYPES[cfg.loss_type].aggregate(per_token, mask.to(per_token.dtype), cfg, num_tokens)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -142,30 +233,71 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 # 7) one update: mu optimizer steps on one batch of rollouts --------------------------------------------
 
+def batch_token_count(mask: torch.Tensor) -> torch.Tensor:
+    """Completion tokens in the whole batch, across data-parallel ranks, per rank (TRL's
+    num_items_in_batch / num_processes): the dapo normalizer every micro-batch shares."""
+    count = mask.sum().float()
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(count)
+        return count.clamp(min=1.0) / dist.get_world_size()
+    return count.clamp(min=1.0)
+
+
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
-    """Advantages, then pi_old and pi_ref log-probs under no_grad, then num_iterations times:
-    log-probs, loss, zero_grad, backward, clip_grad_norm_, step. The reference is never stepped."""
-    advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps)  # (N,)
-    args = (rollout.input_ids, rollout.attention_mask, rollout.prompt_len, cfg.temperature)
+    """Advantages, then pi_old and pi_ref log-probs under no_grad, then num_iterations times: zero_grad,
+    for each of grad_accum_steps contiguous micro-batches log-probs, loss, backward; clip_grad_norm_, step.
+    The reference is never stepped."""
+    advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)
     mask = rollout.completion_mask                                        # (N, T)
+    N = mask.shape[0]
+    micro_batches = torch.tensor_split(torch.arange(N, device=mask.device), cfg.grad_accum_steps)  # k x (n,)
+    micro_batches = [rows for rows in micro_batches if len(rows) > 0]
+
+    def logprobs(model, rows):                                            # (n, T)
+        return token_logprobs(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
+                              cfg.temperature)
+
     with torch.no_grad():
-        old_logp = token_logprobs(policy, *args)                          # (N, T) pi_old, the sampler
-        ref_logp = token_logprobs(ref_policy, *args)                      # (N, T) pi_ref, frozen
-    losses, kls, clipped = [], [], []
+        old_logp = torch.cat([logprobs(policy, rows) for rows in micro_batches])      # (N, T) pi_old, the sampler
+        ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
+    sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
+    num_tokens = batch_token_count(mask)
+    weight = LOSS_TYPES[cfg.loss_type].micro_weight
+    per_iteration = []
     for _ in range(cfg.num_iterations):
-        logp = token_logprobs(policy, *args)                              # (N, T)
-        loss = grpo_loss(logp, old_logp, ref_logp, advantages, mask, cfg)
-        loss.backward()
+        loss, logp = 0.0, []
+        for rows in micro_batches:
+            logp.append(logprobs(policy, rows))                           # (n, T)
+            micro_loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
+                                   num_tokens=num_tokens,
+                                   sampler_logp=None if sampler_logp is None else sampler_logp[rows])
+            micro_loss = micro_loss * weight(len(rows), N, cfg.grad_accum_steps)
+            micro_loss.backward()
+            loss += micro_loss.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         optimizer.step()
-        with torch.no_grad():
-            losses.append(loss.detach())
-            kls.append(masked_mean(kl_penalty(logp, ref_logp), mask))
-            ratio = torch.exp(logp - old_logp)                            # (N, T)
-            clipped.append(masked_mean(((ratio - 1).abs() > cfg.clip_eps).float(), mask))
-    return {"loss": losses[0].item(), "kl": kls[0].item(), "clip_frac": clipped[-1].item(),
-            "grad_norm": grad_norm.item(), "adv_std": advantages.std().item(),
-            "completion_len": mask.sum(dim=1).float().mean().item()}
+        stats = step_stats(torch.cat(logp).detach(), old_logp, ref_logp, advantages, mask, cfg)
+        per_iteration.append({**stats, "loss": float(loss), "grad_norm": grad_norm.item()})
+    first, last = per_iteration[0], per_iteration[-1]
+    return {"loss": first["loss"], "kl": first["kl"], "ratio_dev": first["ratio_dev"],
+            "clip_frac": last["clip_frac"], "grad_norm": last["grad_norm"],
+            "adv_std": advantages.std().item(), "completion_len": mask.sum(dim=1).float().mean().item()}
+
+
+@torch.no_grad()
+def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> dict:
+    """For the log, over the completion tokens of the batch: the mean KL, the largest |ratio - 1|, and the
+    share of tokens whose push the clip stopped (ratio past the bound on the side its advantage pushes, TRL's
+    clip_ratio/region_mean)."""
+    keep = mask.bool()                                                    # (N, T)
+    logp, old_logp, ref_logp = (torch.where(keep, x, 0.0) for x in (logp, old_logp, ref_logp))
+    ratio = torch.exp(logp - old_logp)                                    # (N, T)
+    adv = advantages[:, None]                                             # (N, 1)
+    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
+    clipped = ((ratio < 1 - cfg.clip_eps) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))  # (N, T)
+    return {"kl": masked_mean(kl_penalty(logp, ref_logp), mask).item(),
+            "ratio_dev": (ratio - 1).abs().max().item(),
+            "clip_frac": masked_mean(clipped.float(), mask).item()}
 
 
 # 8) the training loop ---------------------------------------------------------------------------------

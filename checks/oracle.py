@@ -19,14 +19,22 @@ def completion_mask(completion_ids, eos_id):
     return mask
 
 
-def group_advantages(rewards, group_size, eps):
+def std(values):
+    """The unbiased (Bessel-corrected) standard deviation."""
+    mean = sum(values) / len(values)
+    return math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
+
+
+def group_advantages(rewards, group_size, eps, scale="group"):
+    """Each reward minus its group's mean; divided by that group's std + eps ("group"), by the whole batch's
+    std + eps ("batch"), or not at all ("none")."""
     r = [float(x) for x in rewards]
     out = []
     for start in range(0, len(r), group_size):
         group = r[start:start + group_size]
         mean = sum(group) / len(group)
-        std = math.sqrt(sum((x - mean) ** 2 for x in group) / (len(group) - 1))
-        out += [(x - mean) / (std + eps) for x in group]
+        divisor = {"group": lambda: std(group) + eps, "batch": lambda: std(r) + eps, "none": lambda: 1.0}[scale]()
+        out += [(x - mean) / divisor for x in group]
     return torch.tensor(out, dtype=torch.float64)
 
 
@@ -55,10 +63,15 @@ def kl_k3(logp, ref_logp):
     return out
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, clip_eps, beta):
-    """Differentiable in logp: the per-row masked mean of the per-token objective, averaged over rows."""
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, num_tokens=None, sampler_logp=None):
+    """Differentiable in logp. Per completion token (masked positions are never read):
+    -min(r*A, clip(r, 1 - clip_eps, 1 + clip_eps_high)*A) * w + beta * k3, with r = pi / pi_old and
+    w = min(pi_old / pi_sampler, is_cap) as a constant when is_cap and sampler_logp are given. Then by loss_type:
+    grpo, the mean over rows of each row's token mean; bnpo, the token sum over the token count; dr_grpo, the
+    token sum over rows * max_new_tokens; dapo, the token sum over num_tokens (default: the token count)."""
     N, T = logp.shape
-    rows = []
+    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
+    rows, count = [], 0
     for n in range(N):
         terms = []
         for t in range(T):
@@ -66,25 +79,51 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, clip_eps, b
                 continue
             ratio = torch.exp(logp[n, t] - old_logp[n, t].detach())
             a = advantages[n]
-            surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * a)
+            surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - cfg.clip_eps, 1 + eps_high) * a)
+            if cfg.is_cap is not None and sampler_logp is not None:
+                surrogate = surrogate * min(math.exp(float(old_logp[n, t]) - float(sampler_logp[n, t])), cfg.is_cap)
             d = ref_logp[n, t].detach() - logp[n, t]
-            terms.append(-surrogate + beta * (torch.exp(d) - d - 1))
-        rows.append(sum(terms) / len(terms) if terms else logp.sum() * 0)
-    return sum(rows) / N
+            terms.append(-surrogate + cfg.beta * (torch.exp(d) - d - 1))
+        rows.append(terms)
+        count += len(terms)
+    zero = logp[completion_mask.bool()].sum() * 0  # keeps the graph when a row has no tokens
+    total = sum((sum(terms) for terms in rows if terms), zero)
+    if cfg.loss_type == "grpo":
+        return sum((sum(terms) / len(terms) for terms in rows if terms), zero) / N
+    if cfg.loss_type == "bnpo":
+        return total / max(count, 1)
+    if cfg.loss_type == "dr_grpo":
+        return total / (N * cfg.max_new_tokens)
+    if cfg.loss_type == "dapo":
+        return total / (max(count, 1) if num_tokens is None else float(num_tokens))
+    raise ValueError(f"unknown loss_type {cfg.loss_type!r}")
+
+
+def micro_batches(N, k):
+    """Contiguous row ranges, sizes differing by at most one (torch.tensor_split), empty ones left out."""
+    return [rows for rows in torch.tensor_split(torch.arange(N), k) if len(rows)]
 
 
 def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg):
-    """The update, spelled out, with plain SGD at learning rate lr: advantages; pi_old and pi_ref under no_grad;
-    mu times: loss, clear the gradients, backward, clip_grad_norm_, p -= lr * grad. Uses the oracle's own loss
-    and advantages."""
-    adv = group_advantages(rewards, cfg.group_size, cfg.adv_eps)
+    """The update, spelled out, with plain SGD at learning rate lr: advantages (scale_rewards); pi_old and pi_ref
+    under no_grad; mu times: the loss, clear the gradients, backward, clip_grad_norm_, p -= lr * grad.
+    With grad_accum_steps, grpo, dr_grpo and dapo give the full-batch step by definition; bnpo is the sum of each
+    micro-batch's own token mean divided by grad_accum_steps (TRL). Uses the oracle's own loss and advantages."""
+    adv = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)
     args = (rollout.input_ids, rollout.attention_mask, rollout.prompt_len, cfg.temperature)
+    mask = rollout.completion_mask
+    sampler = getattr(rollout, "sampler_logp", None) if cfg.is_cap is not None else None
     with torch.no_grad():
         old = _batched_logprobs(policy, *args)
         ref = _batched_logprobs(ref_policy, *args)
     for _ in range(cfg.num_iterations):
         logp = _batched_logprobs(policy, *args)
-        loss = grpo_loss(logp, old, ref, adv, rollout.completion_mask, cfg.clip_eps, cfg.beta)
+        if cfg.loss_type == "bnpo" and cfg.grad_accum_steps > 1:
+            loss = sum(grpo_loss(logp[r], old[r], ref[r], adv[r], mask[r], cfg,
+                                 sampler_logp=None if sampler is None else sampler[r])
+                       for r in micro_batches(len(adv), cfg.grad_accum_steps)) / cfg.grad_accum_steps
+        else:
+            loss = grpo_loss(logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
         for p in policy.parameters():
             p.grad = None
         loss.backward()

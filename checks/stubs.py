@@ -1,5 +1,6 @@
 """Seeded draws, small models and stand-ins whose behaviour is known exactly, for the checks."""
 import hashlib
+import io
 
 import torch
 
@@ -21,9 +22,9 @@ def randint(gen, low, high) -> int:
     return int(torch.randint(low, high + 1, (1,), generator=gen))
 
 
-def tiny_lm(gen, vocab_size=12) -> TinyLM:
+def tiny_lm(gen, vocab_size=12, dtype=torch.float32) -> TinyLM:
     torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
-    return TinyLM(ModelConfig(vocab_size=vocab_size, d_model=16, n_layer=1, n_head=2, max_len=32))
+    return TinyLM(ModelConfig(vocab_size=vocab_size, d_model=16, n_layer=1, n_head=2, max_len=32)).to(dtype)
 
 
 def left_padded_prompts(gen, B, vocab_size, min_len=1, max_len=4, avoid=(0, 1)):
@@ -85,9 +86,9 @@ def draw_loss_inputs(gen, N, T, spread=0.4):
     return logp, old, ref, adv, mask
 
 
-def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg):
+def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, **kwargs):
     """The target's loss and its gradient with respect to logp (zero where the loss does not depend on it)."""
-    loss, (grad,) = grpo.value_and_grad("grpo_loss", (logp, old, ref, adv, mask, cfg), wrt=(0,))
+    loss, (grad,) = grpo.value_and_grad("grpo_loss", (logp, old, ref, adv, mask, cfg), wrt=(0,), kwargs=kwargs)
     assert loss.dim() == 0, f"loss: grpo_loss returned shape {tuple(loss.shape)}; it should be a scalar"
     assert grad is None or grad.shape == logp.shape, (
         f"loss: the gradient of the loss has shape {tuple(grad.shape)}, the log-probs {tuple(logp.shape)}")
@@ -99,3 +100,42 @@ def rounded(x: torch.Tensor, digits: int = 3) -> list:
     def r(v):
         return [r(u) for u in v] if isinstance(v, list) else round(float(v), digits)
     return r(x.detach().cpu().double().tolist())
+
+
+_memo = {}
+
+
+def memo(fn, *args):
+    """fn(*args), computed once per distinct input. The oracle's answers do not depend on the target, and
+    `make verify` judges hundreds of targets on the same draws, so each answer is worked out once per process."""
+    key = (fn.__qualname__, digest(args))
+    if key not in _memo:
+        _memo[key] = fn(*args)
+    return _memo[key]
+
+
+def digest(value) -> bytes:
+    """A fingerprint of the data in value: tensors by their bytes, models by their state, the rest by repr."""
+    h = hashlib.blake2b(digest_size=16)
+
+    def feed(v):
+        if isinstance(v, torch.Tensor):
+            buf = io.BytesIO()
+            torch.save(v.detach().cpu(), buf)
+            h.update(buf.getvalue())
+        elif isinstance(v, torch.nn.Module):
+            h.update(type(v).__name__.encode())
+            for name, t in v.state_dict().items():
+                h.update(name.encode())
+                feed(t)
+        elif isinstance(v, (list, tuple)):
+            for x in v:
+                feed(x)
+        elif hasattr(v, "__dict__") and not isinstance(v, type):
+            for k, x in sorted(vars(v).items()):
+                h.update(k.encode())
+                feed(x)
+        else:
+            h.update(repr(v).encode())
+    feed(value)
+    return h.digest()

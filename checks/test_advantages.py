@@ -88,3 +88,17 @@ def test_no_gradient_flows_out_of_the_advantages(grpo, seed):
     assert not a.requires_grad, (
         "advantages: the advantages carry a gradient back into the rewards; they are constants of the update "
         "and should be computed without grad")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_rewards_scale_as_configured(grpo, seed, draw):
+    gen = rng(seed, draw, 17)
+    B, G = randint(gen, 2, 4), randint(gen, 2, 5)
+    scale = ["batch", "none", "batch"][draw]
+    level = torch.randn(B, 1, generator=gen) * 2             # groups at different levels and spreads
+    rewards = (level + torch.rand(B, G, generator=gen) * torch.rand(B, 1, generator=gen) * 3).view(-1)
+    a = grpo.group_advantages(rewards, G, 1e-4, scale=scale).detach().double().cpu()
+    expected = oracle.group_advantages(rewards, G, 1e-4, scale)
+    assert a.shape == expected.shape and torch.allclose(a, expected, atol=1e-4, rtol=1e-4), (
+        f"advantages: with scale_rewards {scale!r}, group_size {G}, rewards {rounded(rewards, 3)} give "
+        f"{rounded(a, 3)}; expected {rounded(expected, 3)}")

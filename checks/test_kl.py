@@ -51,3 +51,22 @@ def test_kl_term_enters_with_beta(grpo, seed, draw):
     assert torch.isclose(with_kl - without, expected, atol=1e-6, rtol=1e-4), (
         f"kl: raising beta from 0 to {beta} changes the loss by {with_kl - without:+.5f}; the KL penalty should "
         f"add beta * KL = {expected:+.5f} (it is a cost: the sign must make drifting from the reference worse)")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_kl_gradient_pulls_towards_the_reference(grpo, seed, draw):
+    gen = rng(seed, draw, 23)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    beta = [0.04, 0.1, 0.5][draw]
+    logp, old, ref, _, mask = draw_loss_inputs(gen, N, T)
+    adv = torch.zeros(N, dtype=torch.float64)  # no policy-gradient term: only the KL term can move logp
+    cfg = grpo.GRPOConfig(beta=beta)
+    _, grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg)
+    leaf = logp.clone().requires_grad_()
+    (expected,) = torch.autograd.grad(oracle.grpo_loss(leaf, old, ref, adv, mask, cfg), leaf)
+    if not torch.allclose(grad, expected, atol=1e-7, rtol=1e-4):
+        n, t = divmod(int((grad - expected).abs().argmax()), T)
+        pytest.fail(f"kl: with every advantage 0 and beta {beta}, d loss / d logp at row {n}, token {t} is "
+                    f"{grad[n, t]:+.5f}; expected {expected[n, t]:+.5f} (log pi - log pi_ref there is "
+                    f"{logp[n, t] - ref[n, t]:+.3f})")

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, random_batch, randint, rng, tiny_lm
+from checks.stubs import DRAWS, memo, random_batch, randint, rng, tiny_lm
 
 pytestmark = pytest.mark.component("log-probs")
 V = 12
@@ -14,7 +14,7 @@ def compare(grpo, gen, temperature, min_prompt, max_prompt):
     N, T = randint(gen, 2, 5), randint(gen, 2, 5)
     ids, att, comp_mask, P = random_batch(gen, N, V, T, min_prompt=min_prompt, max_prompt=max_prompt)
     got = grpo.token_logprobs(model, ids, att, P, temperature)
-    expected = oracle.token_logprobs(model, ids, att, P, temperature)
+    expected = memo(oracle.token_logprobs, model, ids, att, P, temperature)
     assert tuple(got.shape) == (N, T), f"log-probs: shape {tuple(got.shape)}, expected (N, T) = {(N, T)}"
     assert got.dtype == torch.float32, f"log-probs: dtype {got.dtype}; log-softmax should run in float32"
     keep = comp_mask.bool()

@@ -8,9 +8,9 @@ from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, randint, rng, r
 pytestmark = pytest.mark.component("loss")
 
 
-def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg):
+def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, **kwargs):
     logp = logp.clone().requires_grad_()
-    loss = oracle.grpo_loss(logp, old, ref, adv, mask, cfg.clip_eps, cfg.beta)
+    loss = oracle.grpo_loss(logp, old, ref, adv, mask, cfg, **kwargs)
     (grad,) = torch.autograd.grad(loss, logp)
     return loss.detach(), grad
 
@@ -133,3 +133,85 @@ def test_gradient_descent_raises_good_completions(grpo, seed, draw):
     assert len(wrong) == 0, (
         f"loss: a descent step lowers the log-prob of row {int(wrong[0])}, whose advantage is "
         f"{adv[int(wrong[0])]:+.3f}; completions better than their group should become more likely")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_loss_types_normalize_as_configured(grpo, seed, draw):
+    gen = rng(seed, draw, 49)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    loss_type = ["bnpo", "dr_grpo", "dapo"][draw]
+    cfg = grpo.GRPOConfig(loss_type=loss_type, beta=0.04, max_new_tokens=T + 3)  # wider than this batch
+    inputs = draw_loss_inputs(gen, N, T)
+    kwargs = {"num_tokens": float(inputs[4].sum() + 5)} if loss_type == "dapo" else {}
+    loss, grad = loss_and_grad(grpo, *inputs, cfg, **kwargs)
+    expected, expected_grad = oracle_loss_and_grad(*inputs, cfg, **kwargs)
+    assert torch.isclose(loss, expected, atol=1e-6, rtol=1e-4), (
+        f"loss: with loss_type {loss_type!r}" + (f" and num_tokens {kwargs['num_tokens']:.0f}" if kwargs else "")
+        + f" ({int(inputs[4].sum())} completion tokens in {N} rows, max_new_tokens {cfg.max_new_tokens}) the loss "
+        f"is {loss:.5f}; expected {expected:.5f} (ratio {loss / expected:.3f})")
+    assert torch.allclose(grad, expected_grad, atol=1e-7, rtol=1e-4), (
+        f"loss: with loss_type {loss_type!r} the gradient differs from the expected one by up to "
+        f"{(grad - expected_grad).abs().max():.3g}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_clip_higher_bounds_only_the_upper_side(grpo, seed, draw):
+    gen = rng(seed, draw, 50)
+    eps, eps_high = [(0.2, 0.28), (0.1, 0.3), (0.2, 0.4)][draw]
+    cfg = grpo.GRPOConfig(clip_eps=eps, clip_eps_high=eps_high, beta=0.0)
+    ratios = [1 + (eps + eps_high) / 2, 1 + eps_high + 0.05, 1 - eps - 0.05, 1 - eps / 2]
+    advs = [1.0, 1.0, -1.0, -1.0]
+    old = -torch.rand(4, 1, generator=gen, dtype=torch.float64) - 0.5
+    logp = old + torch.tensor(ratios, dtype=torch.float64)[:, None].log()
+    adv = torch.tensor(advs, dtype=torch.float64)
+    _, grad = loss_and_grad(grpo, logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
+    _, expected = oracle_loss_and_grad(logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
+    for i in range(4):
+        if abs(grad[i, 0] - expected[i, 0]) > 1e-6:
+            pytest.fail(f"loss: with clip_eps {eps} and clip_eps_high {eps_high}, a token at ratio {ratios[i]:.3f} "
+                        f"with advantage {advs[i]:+.0f} gets gradient {grad[i, 0]:+.4f}; expected "
+                        f"{expected[i, 0]:+.4f}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_importance_weight_is_capped_and_detached(grpo, seed, draw):
+    gen = rng(seed, draw, 57)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    cap = [2.0, 1.5, 3.0][draw]
+    cfg = grpo.GRPOConfig(is_cap=cap, beta=0.04)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
+    sampler = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.8   # weights on both sides of cap
+    loss, grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
+    expected, expected_grad = oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
+    weights = torch.exp(old - sampler).clamp(max=cap)
+    assert torch.isclose(loss, expected, atol=1e-6, rtol=1e-4), (
+        f"loss: with is_cap {cap} and sampler log-probs that put the weights pi_old / pi_sampler between "
+        f"{float(torch.exp(old - sampler)[mask.bool()].min()):.2f} and "
+        f"{float(torch.exp(old - sampler)[mask.bool()].max()):.2f}, the loss is {loss:.5f}; expected {expected:.5f}")
+    assert torch.allclose(grad, expected_grad, atol=1e-7, rtol=1e-4), (
+        f"loss: with is_cap {cap} the gradient differs from the expected one by up to "
+        f"{(grad - expected_grad).abs().max():.3g} (the per-token weights are {rounded(weights[0], 3)} in row 0)")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_nonfinite_values_under_the_mask_never_reach_the_loss(grpo, seed, draw):
+    gen = rng(seed, draw, 58)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 2, 3)
+    cfg = grpo.GRPOConfig(loss_type=["grpo", "dapo", "dr_grpo"][draw], beta=0.1, is_cap=[None, 2.0, None][draw])
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
+    mask[1:, -1] = 0  # every row but the first has padding at the end
+    sampler = old - 0.1
+    clean, clean_grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
+    poison = [float("inf"), float("-inf"), float("nan")]
+    junk = lambda x, k: torch.where(mask.bool(), x, poison[k % 3])
+    loss, grad = loss_and_grad(grpo, junk(logp, 0), junk(old, 1), junk(ref, 2), adv, mask, cfg,
+                               sampler_logp=junk(sampler, 1))
+    assert torch.isfinite(loss) and torch.isfinite(grad).all(), (
+        f"loss: with inf, -inf and NaN at the padded positions (completion mask 0) the loss is {loss:.4g} and "
+        f"{int((~torch.isfinite(grad)).sum())} gradient entries are not finite (loss_type {cfg.loss_type!r}); "
+        f"with ordinary values there the loss is {clean:.5f}")
+    assert torch.isclose(loss, clean, atol=1e-6, rtol=1e-5) and torch.allclose(grad, clean_grad, atol=1e-7), (
+        f"loss: inf, -inf and NaN at the padded positions change the loss from {clean:.5f} to {loss:.5f}")

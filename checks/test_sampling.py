@@ -128,3 +128,27 @@ def test_completion_mask_keeps_the_first_eos(grpo, seed, draw):
         pytest.fail(f"sampling: completion_mask of row {n} is {got[n].int().tolist()} for tokens "
                     f"{ids[n].tolist()} (EOS = {EOS}); expected {expected[n].int().tolist()}: 1 up to and "
                     f"including the first EOS, 0 after it")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_sampler_logp_is_the_sampling_distribution(grpo, seed, draw):
+    gen = rng(seed, draw, 7)
+    temperature = [0.7, 1.0, 1.5][draw]
+    logits = eos_prone_logits(gen)
+    prompt_ids, prompt_mask = left_padded_prompts(gen, 2, V)
+    r = sample(grpo, constant_lm(logits), prompt_ids, prompt_mask, gen, group_size=3, max_new_tokens=4,
+               temperature=temperature)
+    sampler_logp = getattr(r, "sampler_logp", None)
+    assert isinstance(sampler_logp, torch.Tensor), (
+        f"sampling: the rollout's sampler_logp is {sampler_logp!r}; generate should record the log-prob of each "
+        f"sampled token under the distribution it was drawn from, (N, T)")
+    comp = r.input_ids[:, r.prompt_len:].cpu()
+    assert tuple(sampler_logp.shape) == tuple(comp.shape), (
+        f"sampling: sampler_logp has shape {tuple(sampler_logp.shape)}; the completions are {tuple(comp.shape)}")
+    expected = torch.log_softmax(logits.double() / temperature, -1)[comp]          # (N, T)
+    keep = r.completion_mask.cpu().bool()
+    err = (sampler_logp.detach().cpu().double() - expected)[keep].abs().max().item()
+    assert err < 1e-4, (
+        f"sampling: at temperature {temperature} the recorded sampler_logp is up to {err:.3f} away from the "
+        f"log-prob of the sampled tokens under the sampling distribution (row 0: {rounded(sampler_logp[0], 3)}, "
+        f"expected {rounded(expected[0], 3)})")

@@ -327,7 +327,8 @@ class Encoder:
             return {**out, "class": "StandIn", "rule": m.rule, "params": [(k, self(x)) for k, x in m.params.items()]}
         from lab import TinyLM
         if isinstance(m, TinyLM):
-            return {**out, "class": "TinyLM", "config": list(vars(m.cfg).items())}
+            dtype = str(next(m.parameters()).dtype).removeprefix("torch.")
+            return {**out, "class": "TinyLM", "config": list(vars(m.cfg).items()), "dtype": dtype}
         raise TypeError(f"cannot send a {type(m).__name__} model to the worker")
 
     def apply(self, updates) -> None:
@@ -400,11 +401,11 @@ class Target:
         result, _ = self._call(fn, args, kwargs, ())
         return result
 
-    def value_and_grad(self, fn: str, args: tuple, wrt: tuple):
-        """fn(*args) and its gradient with respect to the tensor arguments at positions `wrt` (None where the
-        result does not depend on them, or is not a scalar with a graph)."""
+    def value_and_grad(self, fn: str, args: tuple, wrt: tuple, kwargs: dict | None = None):
+        """fn(*args, **kwargs) and its gradient with respect to the tensor arguments at positions `wrt` (None
+        where the result does not depend on them, or is not a scalar with a graph)."""
         __tracebackhide__ = True
-        return self._call(fn, args, {}, tuple(wrt))
+        return self._call(fn, args, kwargs or {}, tuple(wrt))
 
     def _call(self, fn, args, kwargs, wrt):
         __tracebackhide__ = True

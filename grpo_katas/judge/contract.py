@@ -12,6 +12,8 @@ import torch
 DEFAULTS = {
     "group_size": 8, "max_new_tokens": 8, "temperature": 1.0, "beta": 0.04, "clip_eps": 0.2, "adv_eps": 1e-4,
     "num_iterations": 1, "lr": 3e-3, "max_grad_norm": 1.0,
+    # TRL's names and meanings; the defaults are the textbook loop above
+    "loss_type": "grpo", "scale_rewards": "group", "clip_eps_high": None, "grad_accum_steps": 1, "is_cap": None,
 }
 
 FUNCTIONS = ("generate", "completion_mask", "group_advantages", "token_logprobs", "kl_penalty", "grpo_loss",
@@ -48,9 +50,10 @@ class Rollout:
     attention_mask: torch.Tensor   # (N, P+T)
     completion_mask: torch.Tensor  # (N, T)
     prompt_len: int                # P
+    sampler_logp: torch.Tensor | None = None  # (N, T) log-prob of each token under the distribution it came from
 
 
-ROLLOUT_FIELDS = tuple(f.name for f in fields(Rollout))
+ROLLOUT_FIELDS = tuple(f.name for f in fields(Rollout))[:4]   # required of every rollout; sampler_logp is optional
 
 
 def check_return(fn: str, value) -> str | None:

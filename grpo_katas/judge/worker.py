@@ -92,7 +92,7 @@ class Call:
     def build_module(self, v):
         if v["class"] == "TinyLM":
             from lab import ModelConfig, TinyLM
-            model = TinyLM(ModelConfig(**dict(v["config"])))
+            model = TinyLM(ModelConfig(**dict(v["config"]))).to(getattr(torch, v.get("dtype", "float32")))
         else:
             model = standins.StandIn(v["rule"], **{k: self.build(x) for k, x in v["params"]})
         model.load_state_dict({k: wire.tensor_from_plain(t).detach() for k, t in v["state"]})

@@ -104,11 +104,14 @@ def micro_batches(N, k):
     return [rows for rows in torch.tensor_split(torch.arange(N), k) if len(rows)]
 
 
-def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg):
-    """The update, spelled out, with plain SGD at learning rate lr: advantages (scale_rewards); pi_old and pi_ref
-    under no_grad; mu times: the loss, clear the gradients, backward, clip_grad_norm_, p -= lr * grad.
-    With grad_accum_steps, grpo, dr_grpo and dapo give the full-batch step by definition; bnpo is the sum of each
-    micro-batch's own token mean divided by grad_accum_steps (TRL). Uses the oracle's own loss and advantages."""
+def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg, world=1, adamw=None):
+    """The update, spelled out, with plain SGD at learning rate lr (or AdamW, given its state dict `adamw`):
+    advantages (scale_rewards, per group); pi_old and pi_ref under no_grad; mu times: the loss, clear the
+    gradients, backward, clip_grad_norm_, p -= lr * grad. With grad_accum_steps, grpo, dr_grpo and dapo give the
+    full-batch step by definition; bnpo is the sum of each micro-batch's own token mean divided by
+    grad_accum_steps (TRL). On `world` data-parallel ranks, each holding a contiguous share of the groups, the
+    gradients are averaged over ranks: grpo, dr_grpo and dapo again give the full-batch step; bnpo averages each
+    rank's own token mean. Uses the oracle's own loss and advantages."""
     adv = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)
     args = (rollout.input_ids, rollout.attention_mask, rollout.prompt_len, cfg.temperature)
     mask = rollout.completion_mask
@@ -116,12 +119,17 @@ def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg):
     with torch.no_grad():
         old = _batched_logprobs(policy, *args)
         ref = _batched_logprobs(ref_policy, *args)
+
+    def bnpo(rows):  # one rank's bnpo loss, over its micro-batches
+        k = cfg.grad_accum_steps
+        return sum(grpo_loss(logp[r], old[r], ref[r], adv[r], mask[r], cfg,
+                             sampler_logp=None if sampler is None else sampler[r])
+                   for r in [rows[m] for m in micro_batches(len(rows), k)]) / k
+
     for _ in range(cfg.num_iterations):
         logp = _batched_logprobs(policy, *args)
-        if cfg.loss_type == "bnpo" and cfg.grad_accum_steps > 1:
-            loss = sum(grpo_loss(logp[r], old[r], ref[r], adv[r], mask[r], cfg,
-                                 sampler_logp=None if sampler is None else sampler[r])
-                       for r in micro_batches(len(adv), cfg.grad_accum_steps)) / cfg.grad_accum_steps
+        if cfg.loss_type == "bnpo":
+            loss = sum(bnpo(rows) for rows in micro_batches(len(adv), world)) / world
         else:
             loss = grpo_loss(logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
         for p in policy.parameters():
@@ -129,9 +137,28 @@ def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg):
         loss.backward()
         torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         with torch.no_grad():
-            for p in policy.parameters():
-                if p.grad is not None:
-                    p -= lr * p.grad
+            if adamw is None:
+                for p in policy.parameters():
+                    if p.grad is not None:
+                        p -= lr * p.grad
+            else:
+                adamw_update(policy, lr, adamw)
+
+
+def adamw_update(model, lr, state, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
+    """torch.optim.AdamW's step with its defaults, written out; state holds t and each parameter's moments."""
+    state["t"] = state.get("t", 0) + 1
+    t = state["t"]
+    for name, p in model.named_parameters():
+        if p.grad is None:
+            continue
+        m, v = state.setdefault(name, (torch.zeros_like(p), torch.zeros_like(p)))
+        m = betas[0] * m + (1 - betas[0]) * p.grad
+        v = betas[1] * v + (1 - betas[1]) * p.grad ** 2
+        state[name] = (m, v)
+        p.mul_(1 - lr * weight_decay)
+        denom = (v / (1 - betas[1] ** t)).sqrt() + eps
+        p -= lr / (1 - betas[0] ** t) * m / denom
 
 
 def _batched_logprobs(model, input_ids, attention_mask, prompt_len, temperature):

@@ -200,3 +200,59 @@ def test_first_update_sees_a_ratio_of_one(grpo, seed, draw):
         f"update: with num_iterations 1 and clip_eps {clip_eps}, one grpo_step differs from the oracle's step by "
         f"{err:.1%} of its size ({describe(got, expected)}); the oracle's ratio pi / pi_old is exactly 1 on "
         f"every token of this iteration")
+
+
+def two_rank_batch(grpo, gen):
+    """A policy, its reference and a batch of whole groups for two data-parallel ranks, rank 1's completions
+    much shorter than rank 0's (so that a normalizer counted per rank shows)."""
+    policy = tiny_lm(gen, V, torch.float64)
+    ref = copy.deepcopy(policy)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.05)
+    B, G, T = 2 * randint(gen, 1, 2), randint(gen, 2, 3), 3
+    ids, att, mask, P = random_batch(gen, B * G, V, T)
+    half = B * G // 2
+    ids[half:, P] = 1                          # rank 1: every completion is its EOS alone
+    ids[half:, P + 1:], att[half:, P + 1:], mask[half:, 1:] = 0, 0, 0
+    rewards = torch.stack([torch.randperm(G, generator=gen) for _ in range(B)]).float().view(-1) / (G - 1)
+    return policy, ref, grpo.Rollout(ids, att, mask, P), rewards, G, half
+
+
+def shard(rollout, rows):
+    return type(rollout)(rollout.input_ids[rows], rollout.attention_mask[rows], rollout.completion_mask[rows],
+                         rollout.prompt_len)
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_two_ranks_step_as_one(grpo, seed, draw):
+    gen = rng(seed, draw, 60)
+    policy, ref, rollout, rewards, G, half = two_rank_batch(grpo, gen)
+    tokens = [int(rollout.completion_mask[:half].sum()), int(rollout.completion_mask[half:].sum())]
+    for loss_type in [("grpo", "bnpo"), ("dapo",), ("dr_grpo",)][draw]:
+        cfg = grpo.GRPOConfig(group_size=G, loss_type=loss_type, beta=0.04, max_grad_norm=1e6)
+        copies = [copy.deepcopy(policy) for _ in range(2)]
+        shares = [slice(0, half), slice(half, None)]
+        grpo.distributed("grpo_step", [((m, copy.deepcopy(ref), sgd(m, 0.5), shard(rollout, rows), rewards[rows], cfg),
+                                        {}) for m, rows in zip(copies, shares)], wrap="ddp")
+        start = params(policy)
+        steps = [{n: p - start[n] for n, p in params(m).items()} for m in copies]
+        apart = relative_error(steps[1], steps[0])
+        assert apart < 1e-6, (
+            f"update: after one grpo_step on 2 data-parallel ranks (policy in DistributedDataParallel, "
+            f"loss_type {loss_type!r}) the two ranks' steps differ by {apart:.1%}; expected the same step")
+        expected = memo(oracle_ranks_step, policy, ref, 0.5, rollout, rewards, cfg)
+        err = relative_error(steps[0], expected)
+        assert err < 2e-3, (
+            f"update: with loss_type {loss_type!r}, one grpo_step on 2 data-parallel ranks holding "
+            f"{half // G} group(s) each ({tokens[0]} and {tokens[1]} completion tokens) differs from "
+            + ("the average of each rank's own token-mean step" if loss_type == "bnpo" else
+               "the same step on one process with the whole batch")
+            + f" by {err:.1%} of its size ({describe(steps[0], expected)})")
+
+
+def oracle_ranks_step(policy, ref, lr, rollout, rewards, cfg) -> dict:
+    twin = copy.deepcopy(policy)
+    oracle.grpo_step(twin, ref, lr, rollout, rewards, cfg, world=2)
+    start = params(policy)
+    return {name: p - start[name] for name, p in params(twin).items()}

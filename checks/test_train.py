@@ -4,13 +4,16 @@ A learning curve is a noisy statistic, so this end-to-end check trains at one fi
 says (the unit checks vary their draws with --seed). The improvement is measured by this file's own sampler
 on a fixed set of prompts, before and after training: a measure of the policy, not of the sampler under test.
 """
+import copy
 import math
 
 import pytest
 import torch
 
+from checks import oracle
 from checks.oracle import expected_reward
 from checks.stubs import memo
+from grpo_katas.judge.contract import Rollout
 from lab import ModelConfig, SumTask, TinyLM, encode, left_pad
 
 pytestmark = pytest.mark.component("training")
@@ -58,3 +61,74 @@ def test_reference_stays_frozen_while_the_policy_moves(run):
     assert max(kls[1:]) > 1e-4, (
         f"training: the KL to the reference stays at {max(kls[1:]):.2g} while the policy trains; the reference "
         f"should be a frozen copy of the starting policy, not the policy itself or a copy refreshed every step")
+
+
+RANK_STEPS, RANK_BATCH, RANK_G = 3, 4, 4
+
+
+@pytest.fixture(scope="module")
+def ranks(grpo):
+    """train on 2 data-parallel ranks (a gloo process group in the worker), each rank's task noting the
+    parameters before every step and the rollout and rewards of the step."""
+    torch.manual_seed(SEED)
+    policy = TinyLM(ModelConfig(d_model=16, n_layer=1, n_head=2, max_len=16))
+    cfg = grpo.GRPOConfig(group_size=RANK_G, max_new_tokens=4, lr=1e-2)
+    kwargs = {"steps": RANK_STEPS, "batch_size": RANK_BATCH, "seed": SEED}
+    copies = [copy.deepcopy(policy) for _ in range(2)]
+    out = grpo.distributed("train", [((m, TASK, cfg), kwargs) for m in copies], record=True)
+    return policy, cfg, copies, [r["records"] for r in out]
+
+
+def test_two_ranks_train_as_one(ranks):
+    policy, cfg, copies, records = ranks
+    for rank, steps in enumerate(records):
+        scored = [s for s in steps if "rewards" in s]
+        assert len(steps) == RANK_STEPS and len(scored) == RANK_STEPS, (
+            f"training: train(steps={RANK_STEPS}) on 2 data-parallel ranks drew prompts {len(steps)} time(s) and "
+            f"scored {len(scored)} rollout(s) on rank {rank}; expected {RANK_STEPS} of each")
+        for k, s in enumerate(steps):
+            ids, P = s["input_ids"], s["prompt_len"]
+            assert ids.shape[0] == RANK_BATCH * RANK_G, (
+                f"training: at step {k + 1} rank {rank} scored {ids.shape[0]} completions for batch_size "
+                f"{RANK_BATCH} and group_size {RANK_G}; expected {RANK_BATCH * RANK_G}")
+            for g in range(RANK_BATCH):
+                rows = ids[g * RANK_G:(g + 1) * RANK_G, :P]
+                assert (rows == rows[0]).all(), (
+                    f"training: at step {k + 1}, rows {g * RANK_G}..{(g + 1) * RANK_G - 1} of rank {rank}'s rollout "
+                    f"hold different prompts; expected each run of group_size rows to share one")
+    for k in range(RANK_STEPS):
+        assert not torch.equal(records[0][k]["input_ids"], records[1][k]["input_ids"]), (
+            f"training: at step {k + 1} both ranks sampled the same {RANK_BATCH * RANK_G} completions of the same "
+            f"prompts; expected each rank to draw its own")
+    for k in range(1, RANK_STEPS + 1):
+        a = records[0][k]["params"] if k < RANK_STEPS else copies[0].state_dict()
+        b = records[1][k]["params"] if k < RANK_STEPS else copies[1].state_dict()
+        gap = max(float((a[n] - b[n]).abs().max()) for n in a)
+        assert gap < 1e-6, (
+            f"training: after step {k} the two ranks' parameters differ by up to {gap:.3g}; expected data-parallel "
+            f"ranks to hold the same parameters after every step")
+    replay(policy, cfg, copies[0], records)
+
+
+def replay(policy, cfg, final, records):
+    """Each step of the 2-rank run against the oracle's AdamW step on both ranks' rollouts at once, from the
+    parameters the run had before that step."""
+    ref = copy.deepcopy(policy)
+    model = copy.deepcopy(policy).double()
+    state = {}
+    for k in range(RANK_STEPS):
+        before = records[0][k]["params"]
+        after = records[0][k + 1]["params"] if k + 1 < RANK_STEPS else final.state_dict()
+        model.load_state_dict({n: t.double() for n, t in before.items()})
+        batch = Rollout(*(torch.cat([r[k][f] for r in records]) for f in ("input_ids", "attention_mask",
+                                                                          "completion_mask")),
+                        records[0][k]["prompt_len"])
+        rewards = torch.cat([r[k]["rewards"] for r in records])
+        oracle.grpo_step(model, ref.double(), cfg.lr, batch, rewards, cfg, adamw=state)
+        got = torch.cat([(after[n] - before[n]).double().reshape(-1) for n in before])
+        want = torch.cat([(p.detach() - before[n].double()).reshape(-1) for n, p in model.named_parameters()])
+        err = float((got - want).norm() / want.norm().clamp(min=1e-12))
+        assert err < 0.05, (
+            f"training: step {k + 1} on 2 data-parallel ranks moved the parameters by {got.norm():.4g}; AdamW on "
+            f"both ranks' rollouts and rewards together moves them by {want.norm():.4g}, a difference of {err:.0%} "
+            f"(cosine {float(torch.dot(got, want) / (got.norm() * want.norm()).clamp(min=1e-12)):+.3f})")

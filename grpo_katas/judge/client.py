@@ -131,7 +131,7 @@ class Worker:
 
     # --- calls ----------------------------------------------------------------------------------------
 
-    def call(self, key: str, fn: str, request: dict) -> dict:
+    def call(self, key: str, fn: str, request: dict, op: str = "call") -> dict:
         """The worker's ok-reply to a call, or CallFailed with a message that says what happened."""
         __tracebackhide__ = True  # a failing check's traceback ends at the check's own line
         if key in self.load_errors:
@@ -144,8 +144,9 @@ class Worker:
         if key in self.load_errors:
             raise CallFailed(f"the file could not be imported: {self.load_errors[key]}")
         try:
-            self._send({"op": "call", "key": key, "fn": fn, **request})
-            reply = self._receive(CALL_CPU_S.get(fn, DEFAULT_CALL_CPU_S), IDLE_S, f"running {fn}")
+            self._send({"op": op, "key": key, "fn": fn, **request})
+            ranks = len(request.get("ranks", [None]))  # a distributed call's budget covers all its ranks
+            reply = self._receive(ranks * CALL_CPU_S.get(fn, DEFAULT_CALL_CPU_S), IDLE_S, f"running {fn}")
         except Hang as exc:
             return self._give_up(key, fn, f"did not return: {exc}")
         except Died as exc:
@@ -406,6 +407,38 @@ class Target:
         where the result does not depend on them, or is not a scalar with a graph)."""
         __tracebackhide__ = True
         return self._call(fn, args, kwargs or {}, tuple(wrt))
+
+    def distributed(self, fn: str, per_rank: list, wrap: str | None = None, record: bool = False) -> list:
+        """fn on len(per_rank) ranks of one gloo process group at once, rank r called with per_rank[r] =
+        (args, kwargs); wrap="ddp" wraps each rank's first argument (the policy) in DistributedDataParallel;
+        record makes the task argument note each step's parameters, rollout and rewards. Returns, per rank,
+        {"result", "records"}; what the call changed is applied to each rank's own objects."""
+        __tracebackhide__ = True
+        encoders = [Encoder() for _ in per_rank]
+        ranks = [{"args": [e(a) for a in args], "kwargs": [(k, e(v)) for k, v in kwargs.items()]}
+                 for e, (args, kwargs) in zip(encoders, per_rank)]
+        request = {"ranks": ranks, "wrap": wrap, "record": record, "rng": torch.get_rng_state(),
+                   "grad_mode": torch.is_grad_enabled()}
+        reply = self.worker.call(self.key, fn, request, op="distributed")
+        out = []
+        try:
+            replies = reply["ranks"]
+            if not isinstance(replies, list) or len(replies) != len(per_rank):
+                raise wire.ProtocolError("not one reply per rank")
+            for rank, (enc, r) in enumerate(zip(encoders, replies)):
+                if r.get("ok") is not True:
+                    raise CallFailed(f"{fn} on rank {rank} of {len(per_rank)}: "
+                                     + self.worker._describe_error(self.key, r.get("error"), f"calling {fn}"))
+                result = wire.from_plain(r.get("result"))
+                enc.apply(r.get("updates", {}))
+                out.append({"result": result, "records": wire.from_plain(r.get("records"))})
+        except (wire.ProtocolError, TypeError, ValueError, RuntimeError, KeyError, AttributeError) as exc:
+            self.worker._give_up(self.key, fn, f"answered a distributed call with malformed data: {exc}")
+        for r in out:
+            problem = contract.check_return(fn, r["result"])
+            if problem:
+                raise CallFailed(problem)
+        return out
 
     def _call(self, fn, args, kwargs, wrt):
         __tracebackhide__ = True

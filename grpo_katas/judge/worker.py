@@ -12,6 +12,9 @@ Requests and replies (see wire.py for the framing):
      "grad_wrt": [i, ...], "rng": state, "grad_mode": bool}
                                                 -> {"ok": True, "result": ..., "grads": [...], "updates": {...},
                                                     "rng": state} or {"ok": False, "error": {...}}
+    {"op": "distributed", "key": k, "fn": name, "ranks": [{"args": [...], "kwargs": [...]}, ...], "wrap": "ddp",
+     "record": bool, "rng": state, "grad_mode": bool}
+                                                -> {"ok": True, "ranks": [one call reply per rank]}
     {"op": "bye"}
 
 Arguments arrive as tagged dicts and are built into real objects here: tensors, lab models and stand-ins from
@@ -22,17 +25,22 @@ they would have if the call had run in its own process. A function that hung or 
 stood down at load: replaced by one that raises at once, so the target's own callers of it fail fast too.
 Nothing in this file is trusted by the judge: it only ever receives data and compares it.
 """
+import datetime
 import importlib.util
 import os
+import select
 import socket
 import sys
+import time
 import traceback
 
 import torch
+import torch.distributed as dist
 
 from grpo_katas.judge import standins, wire
 
 OPTIMIZERS = {"SGD": torch.optim.SGD, "Adam": torch.optim.Adam, "AdamW": torch.optim.AdamW}
+RANK_TIMEOUT_S = 20   # a collective waits this long for a peer before it raises
 
 
 class NotRunAgain(Exception):
@@ -165,7 +173,10 @@ def error(exc: BaseException, path: str | None) -> dict:
     return {"type": type(exc).__name__, "message": message[:2000], "where": where, "code": (code or "")[:300]}
 
 
-def call(targets: dict, req: dict) -> dict:
+def call(targets: dict, req: dict, wrap: str | None = None, record: bool = False) -> dict:
+    """Run one contract call. wrap="ddp": the first argument (the policy) is wrapped in DistributedDataParallel
+    (a rank of a distributed call). record: the task argument records, at every step, the policy's parameters
+    before the step and the rollout and rewards of the step (what a training run did, for the judge to replay)."""
     module, path = targets[req["key"]]
     fn = getattr(module, req["fn"], None)
     if fn is None:
@@ -178,6 +189,13 @@ def call(targets: dict, req: dict) -> dict:
         wrt = list(req.get("grad_wrt") or [])
         for i in wrt:
             args[i] = args[i].detach().clone().requires_grad_(True)
+        recorder = None
+        if record:
+            i = next(i for i, a in enumerate(args) if hasattr(a, "sample_prompts"))
+            args[i] = recorder = RecordingTask(args[i], args[0])
+        if wrap == "ddp":
+            from torch.nn.parallel import DistributedDataParallel
+            args[0] = DistributedDataParallel(args[0])
         torch.set_rng_state(req["rng"])
         with torch.set_grad_enabled(bool(req.get("grad_mode", True))):
             result = fn(*args, **kwargs)
@@ -188,13 +206,110 @@ def call(targets: dict, req: dict) -> dict:
                     got = torch.autograd.grad(result, [args[i] for i in wrt], allow_unused=True)
                     grads = [None if g is None else wire.tensor_to_plain(g) for g in got]
         return {"ok": True, "result": wire.to_plain(result), "grads": grads, "updates": c.updates(),
-                "rng": torch.get_rng_state()}
+                "rng": torch.get_rng_state(), "records": wire.to_plain(recorder.steps) if recorder else None}
     except BaseException as exc:  # the target's code can raise anything; it is the target's answer
         return {"ok": False, "error": error(exc, path)}
 
 
+class RecordingTask:
+    """A lab task that notes what a training run does with it: before each step (when prompts are drawn) the
+    policy's parameters, then the step's rollout and rewards (when it is scored)."""
+
+    def __init__(self, task, policy):
+        self.task, self.policy, self.steps = task, policy, []
+        self.name, self.eos_id, self.pad_id = task.name, task.eos_id, task.pad_id
+
+    def sample_prompts(self, batch_size, generator=None):
+        self.steps.append({"params": {k: v.detach().clone() for k, v in self.policy.state_dict().items()}})
+        return self.task.sample_prompts(batch_size, generator)
+
+    def reward(self, rollout):
+        rewards = self.task.reward(rollout)
+        if self.steps:
+            fields = ("input_ids", "attention_mask", "completion_mask", "prompt_len")
+            self.steps[-1].update({f: getattr(rollout, f) for f in fields})
+            self.steps[-1]["rewards"] = rewards.detach().clone()
+        return rewards
+
+
+class RankPool:
+    """`world` processes forked from this one, each a rank of one gloo process group (on loopback, inside the
+    sandbox), kept for later distributed calls: forking and joining a group is paid once, not per call."""
+
+    def __init__(self, world: int, targets: dict, judge):
+        self.world, self.ranks = world, []
+        store = f"/tmp/grpo-pg-{os.getpid()}-{time.monotonic_ns()}"
+        for rank in range(world):
+            ours, theirs = socket.socketpair()
+            pid = os.fork()
+            if pid == 0:  # the rank
+                ours.close()
+                judge.close()
+                os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+                try:
+                    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world,
+                                            timeout=datetime.timedelta(seconds=RANK_TIMEOUT_S))
+                    while True:
+                        req = wire.recv_blocking(theirs)
+                        wire.send(theirs, call(targets, req, wrap=req.get("wrap"), record=req.get("record", False)))
+                except BaseException:
+                    pass
+                os._exit(0)
+            theirs.close()
+            self.ranks.append((pid, ours))
+
+    def run(self, requests: list) -> list:
+        """Each rank's reply; a rank that does not answer (its peer failed inside a collective) gets an error."""
+        for (_, sock), req in zip(self.ranks, requests):
+            wire.send(sock, req)
+        replies = [None] * self.world
+        pending = {sock.fileno(): i for i, (_, sock) in enumerate(self.ranks)}
+        deadline = None
+        while pending:
+            ready, _, _ = select.select(list(pending), [], [], 1.0)
+            for fd in ready:
+                i = pending.pop(fd)
+                try:
+                    replies[i] = wire.recv_blocking(self.ranks[i][1])
+                except (EOFError, OSError, wire.ProtocolError) as exc:
+                    replies[i] = {"ok": False, "error": {"type": "RankDied", "message": f"rank {i} ended: {exc}",
+                                                         "where": None, "code": ""}}
+                if not replies[i].get("ok") and deadline is None:
+                    deadline = time.monotonic() + RANK_TIMEOUT_S  # its peers may be waiting in a collective
+            if deadline is not None and time.monotonic() > deadline:
+                for i in pending.values():
+                    replies[i] = {"ok": False, "error": {"type": "RankStuck", "message": f"rank {i} did not finish "
+                                  f"after another rank failed (waiting in a collective?)", "where": None, "code": ""}}
+                break
+        return replies
+
+    def close(self) -> None:
+        for pid, sock in self.ranks:
+            try:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+            except OSError:
+                pass
+            sock.close()
+
+
+def distributed(targets: dict, pools: dict, req: dict, judge) -> dict:
+    """One contract call on `world` ranks at once: rank r gets its own arguments, req["ranks"][r]."""
+    world = len(req["ranks"])
+    if world not in pools:
+        for pool in pools.values():
+            pool.close()
+        pools.clear()
+        pools[world] = RankPool(world, targets, judge)
+    common = {k: req[k] for k in ("key", "fn", "rng", "grad_mode", "wrap", "record") if k in req}
+    replies = pools[world].run([{**common, **r, "grad_wrt": []} for r in req["ranks"]])
+    if not all(r.get("ok") for r in replies):
+        pools.pop(world).close()  # a group that saw a failure is not trusted with the next call
+    return {"ok": True, "ranks": replies}
+
+
 def serve(sock) -> None:
-    targets = {}
+    targets, pools = {}, {}
     while True:
         try:
             req = wire.recv_blocking(sock)
@@ -212,6 +327,8 @@ def serve(sock) -> None:
                 reply = {"ok": False, "key": req["key"], "error": error(exc, req["path"])}
         elif op == "call":
             reply = call(targets, req)
+        elif op == "distributed":
+            reply = distributed(targets, pools, req, sock)
         elif op == "bye":
             return
         else:

@@ -208,7 +208,7 @@ LOSS_TYPES: dict[str, LossType] = {
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
               num_tokens=None, sampler_logp=None) -> torch.Tensor:
     """Scalar: LOSS_TYPES[cfg.loss_type] over the completion tokens of
-    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A) * w + beta * kl (paper eq. 3, TRL's _compute_loss),
+    PPO's clipped surrogate * w and beta * kl (paper eq. 3, TRL's _compute_loss),
     where w = min(pi_old / pi_sampler, is_cap) when cfg.is_cap and sampler_logp are given, else 1.
     Inputs (N, T); whatever sits at masked positions (pad, inf, NaN) reaches neither the loss nor its gradient."""
     mask = completion_mask.bool()                                         # (N, T)

@@ -148,8 +148,8 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
 # 4) per-token log-probs of the sampled completion -------------------------------------------------------
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
-    """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature.
-    The logits at column c predict the token at column c+1; log-softmax runs in float32."""
+    """(N, P+T) -> (N, T): log pi of each completion token, at the sampling temperature.
+    Log-softmax runs in float32."""
     logits = model(input_ids, attention_mask)                             # (N, P+T, V)
     logits = logits[:, prompt_len:].float() / temperature                 # (N, T, V)
     targets = input_ids[:, prompt_len:]                                   # (N, T)

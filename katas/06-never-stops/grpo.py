@@ -66,7 +66,7 @@ class GRPOConfig:
 class Rollout:
     input_ids: torch.Tensor        # (N, P+T) prompt then completion; pad after a row's first EOS
     attention_mask: torch.Tensor   # (N, P+T) 0 on left padding and on pad after EOS
-    completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS
+    completion_mask: torch.Tensor  # (N, T) 1 on the completion, 0 on pad
     prompt_len: int                # P
     sampler_logp: torch.Tensor | None = None  # (N, T) float32 log-prob each token was drawn with; 0 after EOS
 
@@ -74,8 +74,8 @@ class Rollout:
 # 1) sample a group of G completions per prompt -------------------------------------------------------
 
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """(N, T) -> (N, T): 1 up to and including each row's first EOS, 0 after; all 1 where no EOS.
-    Built from positions, never from ids == pad (pad and EOS may share an id)."""
+    """(N, T) -> (N, T): 1 on each row's completion, 0 on the pad after its first EOS; all 1 where no EOS.
+    Built from positions, never from ids == pad."""
     N, T = completion_ids.shape
     is_eos = completion_ids == eos_id                                     # (N, T)
     first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), T)  # (N,)
@@ -87,7 +87,7 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
 def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int,
              generator=None) -> Rollout:
     """Repeat each prompt G times contiguously and sample completions from softmax(logits / temperature).
-    A row ends at its first EOS: EOS kept, pad after it with attention 0. Stops once every row has ended.
+    A row ends at its first EOS, then pad after it with attention 0. Stops once every row has ended.
     Records the log-prob each token was drawn with (rollout.sampler_logp), as an inference engine reports it.
     Uses the model's KV cache when it offers one (model.make_cache()), else recomputes the prefix."""
     ids = prompt_ids.repeat_interleave(cfg.group_size, dim=0)             # (N, P) rows i*G..i*G+G-1: prompt i

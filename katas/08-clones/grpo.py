@@ -86,7 +86,7 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
 @torch.no_grad()
 def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int,
              generator=None) -> Rollout:
-    """Repeat each prompt G times contiguously and sample completions from softmax(logits / temperature).
+    """Repeat each prompt G times contiguously and extend every row one token at a time.
     A row ends at its first EOS: EOS kept, pad after it with attention 0. Stops once every row has ended.
     Records the log-prob each token was drawn with (rollout.sampler_logp), as an inference engine reports it.
     Uses the model's KV cache when it offers one (model.make_cache()), else recomputes the prefix."""

@@ -40,7 +40,7 @@ class GRPOConfig:
     beta: float = 0.04           # KL coefficient (DeepSeekMath 0.04; 0 drops the reference, as Dr. GRPO does)
     clip_eps: float = 0.2        # PPO trust region: ratio clipped to [1 - eps, 1 + eps]
     adv_eps: float = 1e-4        # added to the group std, so an all-equal group gives 0, not NaN (TRL 1e-4)
-    num_iterations: int = 1      # mu: policy updates per batch of rollouts (paper 1; >1 makes the clip bite)
+    num_iterations: int = 1      # mu: policy updates per batch of rollouts (paper 1)
     lr: float = 3e-3             # AdamW learning rate; high because the lab model is tiny (paper 1e-6)
     max_grad_norm: float = 1.0   # global grad-norm clip before each optimizer step
     loss_type: str = "grpo"      # token aggregation, one of LOSS_TYPES (TRL's default is now "dapo")
@@ -208,7 +208,7 @@ LOSS_TYPES: dict[str, LossType] = {
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
               num_tokens=None, sampler_logp=None) -> torch.Tensor:
     """Scalar: LOSS_TYPES[cfg.loss_type] over the completion tokens of
-    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A) * w + beta * kl (paper eq. 3, TRL's _compute_loss),
+    minus PPO's clipped surrogate * w + beta * kl (paper eq. 3, TRL's _compute_loss),
     where w = min(pi_old / pi_sampler, is_cap) when cfg.is_cap and sampler_logp are given, else 1.
     Inputs (N, T); whatever sits at masked positions (pad, inf, NaN) reaches neither the loss nor its gradient."""
     mask = completion_mask.bool()                                         # (N, T)
@@ -244,7 +244,7 @@ def batch_token_count(mask: torch.Tensor) -> torch.Tensor:
 
 
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
-    """Advantages, then pi_old and pi_ref log-probs under no_grad, then num_iterations times: zero_grad,
+    """Advantages and pi_ref log-probs under no_grad, then num_iterations times: zero_grad,
     for each of grad_accum_steps contiguous micro-batches log-probs, loss, backward; clip_grad_norm_, step.
     The reference is never stepped."""
     advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)

@@ -1,32 +1,14 @@
-"""GRPO: Group Relative Policy Optimization on a small causal LM, read top to bottom.
-
-Group Relative Policy Optimization (DeepSeekMath, arXiv 2402.03300, section 4.1): sample G completions per
-prompt, score them with a verifiable reward, use each group's mean and std as the baseline, and take clipped
-policy-gradient steps with a k3 KL penalty against a frozen reference policy.
-
-    config -> 1) sample groups -> 2) rewards -> 3) advantages -> 4) log-probs -> 5) KL -> 6) loss
-           -> 7) one update (mu inner steps, micro-batched) -> 8) the training loop
-
-Shapes: B prompts, G = group_size, N = B*G rows, P prompt columns (left-padded), T completion columns,
-V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V) and
-derives positions from the mask. Device and dtype come from the model; nothing is tied to CUDA.
-
-Where this departs from the paper. The defaults are eq. 3 as written (each row's token mean, averaged over rows;
-each group's z-score of the rewards; a symmetric clip; the k3 KL in the loss, not the reward; mu = 1), except
-that adv_eps is added to the std (TRL's 1e-4) and the reference policy stays the starting policy for the whole
-run (no reference reset as in the paper's iterative GRPO, section 4.2). The options beyond it take the names
-and meanings of TRL's GRPOTrainer:
-- loss_type picks how per-token losses become one number (LOSS_TYPES): "grpo" is the per-row mean of eq. 3;
-  "bnpo", "dr_grpo" (arXiv 2503.20783) and "dapo" (arXiv 2503.14476) weigh every token alike.
-- scale_rewards: divide the centred rewards by the group std (the paper), the batch std, or nothing (Dr. GRPO).
-- clip_eps_high: an upper clip bound apart from the lower one (DAPO's clip-higher).
-- is_cap: a capped per-token importance weight between pi_old and the sampler that drew the tokens
-  (TRL's vllm_importance_sampling_correction, token_truncate mode).
-- grad_accum_steps: the batch is backpropagated in micro-batches, one optimizer step per inner iteration.
 """
+Core functions of GRPO: outcome advantages grouped by prompt uid, the clipped policy loss, the KL penalty and
+the loss aggregation modes, plus the rollout, log-prob and actor-update stages that use them. The stages pass
+one batch dict along: rollout -> reward -> advantage -> old/ref log-prob -> update.
+"""
+# style: volcengine/verl, verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, agg_loss, kl_penalty, compute_policy_loss) and verl/workers/actor/dp_actor.py (update_policy)
+
 import copy
+from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Optional
 
 import torch
 import torch.distributed as dist
@@ -34,303 +16,467 @@ import torch.distributed as dist
 
 @dataclass(frozen=True)
 class GRPOConfig:
-    group_size: int = 8          # G completions per prompt; the group is the baseline (paper 64, TRL 8)
-    max_new_tokens: int = 8      # longest completion T; the toy tasks need at most 4
-    temperature: float = 1.0     # sampling temperature; log-probs divide the logits by the same value
-    beta: float = 0.04           # KL coefficient (DeepSeekMath 0.04; 0 drops the reference, as Dr. GRPO does)
-    clip_eps: float = 0.2        # PPO trust region: ratio clipped to [1 - eps, 1 + eps]
-    adv_eps: float = 1e-4        # added to the group std, so an all-equal group gives 0, not NaN (TRL 1e-4)
-    num_iterations: int = 1      # mu: policy updates per batch of rollouts (paper 1; >1 makes the clip bite)
-    lr: float = 3e-3             # AdamW learning rate; high because the lab model is tiny (paper 1e-6)
-    max_grad_norm: float = 1.0   # global grad-norm clip before each optimizer step
-    loss_type: str = "grpo"      # token aggregation, one of LOSS_TYPES (TRL's default is now "dapo")
-    scale_rewards: str = "group"  # advantage scale, one of REWARD_SCALES: "group" | "batch" | "none" (TRL)
-    clip_eps_high: float | None = None  # upper clip 1 + clip_eps_high; None: clip_eps (DAPO uses 0.28)
-    grad_accum_steps: int = 1    # micro-batches per optimizer step; fewer rows in memory at a time
-    is_cap: float | None = None  # cap on the pi_old / sampler weight; None: no correction (TRL uses 3.0)
+    # rollout
+    group_size: int = 8  # rollout.n
+    max_new_tokens: int = 8  # response_length
+    temperature: float = 1.0
+    # actor
+    lr: float = 3e-3
+    max_grad_norm: float = 1.0  # grad_clip
+    num_iterations: int = 1  # ppo_epochs
+    grad_accum_steps: int = 1  # micro batches per mini batch
+    clip_eps: float = 0.2  # clip_ratio_low
+    clip_eps_high: Optional[float] = None  # clip_ratio_high, None -> clip_eps
+    loss_type: str = "grpo"  # see LOSS_AGG_MODE
+    beta: float = 0.04  # kl_loss_coef
+    is_cap: Optional[float] = None  # rollout_is_threshold, None -> off
+    # algorithm
+    adv_eps: float = 1e-4
+    scale_rewards: str = "none"  # group | batch | none
 
     def __post_init__(self):
         if self.group_size < 2:
-            raise ValueError("group_size must be at least 2: a group of one has no baseline")
+            raise ValueError(f"group_size (rollout.n) must be >= 2 for GRPO, got {self.group_size}")
         if self.temperature <= 0:
-            raise ValueError("temperature must be positive")
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"loss_type must be one of {', '.join(LOSS_TYPES)}, not {self.loss_type!r}")
-        if self.scale_rewards not in REWARD_SCALES:
-            raise ValueError(f"scale_rewards must be one of {', '.join(REWARD_SCALES)}, not {self.scale_rewards!r}")
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if self.loss_type not in LOSS_AGG_MODE:
+            raise ValueError(f"Invalid loss_type: {self.loss_type}")
+        if self.scale_rewards not in ("group", "batch", "none"):
+            raise ValueError(f"Invalid scale_rewards: {self.scale_rewards}")
         if self.grad_accum_steps < 1:
-            raise ValueError("grad_accum_steps must be at least 1")
+            raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
 
 
 @dataclass
 class Rollout:
-    input_ids: torch.Tensor        # (N, P+T) prompt then completion; pad after a row's first EOS
-    attention_mask: torch.Tensor   # (N, P+T) 0 on left padding and on pad after EOS
-    completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS
-    prompt_len: int                # P
-    sampler_logp: torch.Tensor | None = None  # (N, T) float32 log-prob each token was drawn with; 0 after EOS
+    input_ids: torch.Tensor  # (bs, prompt_length + response_length)
+    attention_mask: torch.Tensor  # (bs, prompt_length + response_length)
+    completion_mask: torch.Tensor  # response_mask, (bs, response_length)
+    prompt_len: int
+    sampler_logp: Optional[torch.Tensor] = None  # rollout_log_probs, (bs, response_length)
 
 
-# 1) sample a group of G completions per prompt -------------------------------------------------------
-
-def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """(N, T) -> (N, T): 1 up to and including each row's first EOS, 0 after; all 1 where no EOS.
-    Built from positions, never from ids == pad (pad and EOS may share an id)."""
-    N, T = completion_ids.shape
-    is_eos = completion_ids == eos_id                                     # (N, T)
-    first_eos = torch.where(is_eos.any(dim=1), is_eos.int().argmax(dim=1), T)  # (N,)
-    cols = torch.arange(T, device=completion_ids.device)                  # (T,)
-    return (cols[None, :] <= first_eos[:, None]).float()                   # (N, T)
-
-
-@torch.no_grad()
-def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int,
-             generator=None) -> Rollout:
-    """Repeat each prompt G times contiguously and sample completions from softmax(logits / temperature).
-    A row ends at its first EOS: EOS kept, pad after it with attention 0. Stops once every row has ended.
-    Records the log-prob each token was drawn with (rollout.sampler_logp), as an inference engine reports it.
-    Uses the model's KV cache when it offers one (model.make_cache()), else recomputes the prefix."""
-    ids = prompt_ids.repeat(cfg.group_size, 1)                            # (N, P)
-    mask = prompt_mask.repeat(cfg.group_size, 1)                          # (N, P)
-    P = ids.shape[1]
-    ended = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)  # (N,)
-    cache = policy.make_cache() if hasattr(policy, "make_cache") else None
-    new = ids                                                             # columns the model has not seen
-    drawn_logp = []                                                       # T tensors of (N,)
-    for _ in range(cfg.max_new_tokens):
-        if cache is None:
-            logits = policy(ids, mask)[:, -1]                             # (N, V)
-        else:
-            logits = policy(new, mask, cache=cache)[:, -1]                # (N, V)
-        probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)   # (N, V)
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
-        drawn_logp.append(torch.where(ended, 0.0, probs.gather(1, tok[:, None]).squeeze(1).log()))  # (N,)
-        tok = torch.where(ended, pad_id, tok)                             # (N,) pad after EOS
-        ids = torch.cat([ids, tok[:, None]], dim=1)                       # (N, P+t)
-        mask = torch.cat([mask, (~ended).to(mask.dtype)[:, None]], dim=1)  # (N, P+t)
-        ended = ended | (tok == eos_id)
-        new = tok[:, None]                                                # (N, 1)
-        if ended.all():
-            break
-    return Rollout(ids, mask, completion_mask(ids[:, P:], eos_id), P, torch.stack(drawn_logp, dim=1))
-
-
-# 3) advantages: each reward against its own group -----------------------------------------------------
-# The divisor of the centred rewards, by scale_rewards (TRL's names). r is (B, G).
-
-def group_std(r: torch.Tensor, eps: float) -> torch.Tensor:
-    """(B, 1): each group's own std, the paper's z-score (TRL scale_rewards="group")."""
-    std = r.std(dim=1, keepdim=True)                                      # (B, 1) Bessel-corrected
-    return std + eps
-
-
-def batch_std(r: torch.Tensor, eps: float) -> torch.Tensor:
-    """(): one std over all N rewards of the batch (PPO Lite, arXiv 2508.08221; TRL "batch")."""
-    return r.std() + eps
-
-
-def no_scale(r: torch.Tensor, eps: float) -> torch.Tensor:
-    """(): centre only, no division (Dr. GRPO, arXiv 2503.20783; TRL "none")."""
-    return torch.ones((), dtype=r.dtype, device=r.device)
-
-
-REWARD_SCALES: dict[str, Callable] = {"group": group_std, "batch": batch_std, "none": no_scale}
-
-
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
-    """(N,) -> (N,): (r - group mean) / REWARD_SCALES[scale], groups = contiguous runs of G, std unbiased.
-    One scalar per completion, shared by all its tokens (outcome supervision, paper section 4.1.2)."""
-    r = rewards.detach().float().view(-1, group_size)                     # (B, G)
-    mean = r.mean(dim=1, keepdim=True)                                    # (B, 1)
-    return (r - mean).view(-1)                                            # (N,)
-
-
-# 4) per-token log-probs of the sampled completion -------------------------------------------------------
-
-def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
-    """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature.
-    The logits at column c predict the token at column c+1; log-softmax runs in float32."""
-    logits = model(input_ids, attention_mask)                             # (N, P+T, V)
-    logits = logits[:, prompt_len - 1:-1].float() / temperature           # (N, T, V)
-    targets = input_ids[:, prompt_len:]                                   # (N, T)
-    logp = torch.log_softmax(logits, dim=-1)                              # (N, T, V)
-    return logp.gather(-1, targets[..., None]).squeeze(-1)                # (N, T)
-
-
-# 5) the KL penalty against the frozen reference -------------------------------------------------------
-
-def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """(N, T) -> (N, T): Schulman's k3 estimator of KL(pi || pi_ref) on the sampled tokens,
-    pi_ref/pi - log(pi_ref/pi) - 1 (paper eq. 4). Unbiased and never negative."""
-    log_ratio = ref_logp - logp                                           # (N, T)
-    return torch.exp(log_ratio) - log_ratio - 1                           # (N, T)
-
-
-# 6) the clipped surrogate loss ------------------------------------------------------------------------
-# LOSS_TYPES: how one call's masked per-token losses (N, T) become a scalar, and what grpo_step multiplies a
-# micro-batch's loss by (rows in it, N rows in the whole batch, k micro-batches).
-
-def per_row_token_mean(per_token, mask, cfg, num_tokens):
-    """Mean over rows of each row's token mean: DeepSeekMath eq. 3 (TRL loss_type="grpo")."""
-    per_row = (per_token * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)  # (N,)
-    return per_row.mean()
-
-
-def local_token_mean(per_token, mask, cfg, num_tokens):
-    """Token sum over this call's token count (TRL "bnpo": normalized per micro-batch)."""
-    return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
-
-
-def max_length_sum(per_token, mask, cfg, num_tokens):
-    """Token sum over rows * the configured max length, a constant (Dr. GRPO, arXiv 2503.20783; TRL "dr_grpo")."""
-    return (per_token * mask).sum() / (per_token.shape[0] * cfg.max_new_tokens)
-
-
-def global_token_mean(per_token, mask, cfg, num_tokens):
-    """Token sum over the tokens of the whole accumulated batch, num_tokens (DAPO, arXiv 2503.14476;
-    TRL "dapo"); this call's own count when num_tokens is None."""
-    return (per_token * mask).sum() / (mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens)
-
-
-class LossType(NamedTuple):
-    aggregate: Callable      # (per_token (N, T), mask (N, T), cfg, num_tokens) -> scalar
-    micro_weight: Callable   # (rows in the micro-batch, N, grad_accum_steps) -> factor on its loss
-
-
-LOSS_TYPES: dict[str, LossType] = {
-    "grpo": LossType(per_row_token_mean, lambda rows, N, k: rows / N),    # DeepSeekMath eq. 3
-    "bnpo": LossType(local_token_mean, lambda rows, N, k: 1 / k),         # TRL: local mean / accumulation steps
-    "dr_grpo": LossType(max_length_sum, lambda rows, N, k: rows / N),     # Dr. GRPO, arXiv 2503.20783
-    "dapo": LossType(global_token_mean, lambda rows, N, k: 1.0),          # DAPO, arXiv 2503.14476
+# loss_type -> loss_agg_mode
+LOSS_AGG_MODE = {
+    "grpo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",  # batch_num_tokens from the caller
 }
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
-              num_tokens=None, sampler_logp=None) -> torch.Tensor:
-    """Scalar: LOSS_TYPES[cfg.loss_type] over the completion tokens of
-    -min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A) * w + beta * kl (paper eq. 3, TRL's _compute_loss),
-    where w = min(pi_old / pi_sampler, is_cap) when cfg.is_cap and sampler_logp are given, else 1.
-    Inputs (N, T); whatever sits at masked positions (pad, inf, NaN) reaches neither the loss nor its gradient."""
-    mask = completion_mask.bool()                                         # (N, T)
-    logp, old_logp, ref_logp = (torch.where(mask, x, 0.0) for x in (logp, old_logp, ref_logp))  # (N, T)
-    ratio = torch.exp(logp - old_logp)                                    # (N, T) pi / pi_old
-    adv = advantages[:, None]                                             # (N, 1) one advantage per row
-    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    clipped = torch.clamp(ratio, 1 - cfg.clip_eps, 1 + eps_high)          # (N, T)
-    surrogate = torch.min(ratio * adv, clipped * adv)                     # (N, T)
-    if cfg.is_cap is not None and sampler_logp is not None:
-        drift = torch.where(mask, old_logp - sampler_logp, 0.0)           # (N, T) log pi_old / pi_sampler
-        surrogate = surrogate * torch.exp(drift).clamp(max=cfg.is_cap).detach()  # (N, T)
-    per_token = -surrogate + cfg.beta * kl_penalty(logp, ref_logp)        # (N, T)
-    return LOSS_TYPES[cfg.loss_type].aggregate(per_token, mask.to(per_token.dtype), cfg, num_tokens)
+# ---------------------------------------------------------------------------------------------------------------
+# rollout
 
 
-def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Token mean over the whole batch, for logging."""
-    mask = mask.to(x.dtype)
-    return (x * mask).sum() / mask.sum().clamp(min=1.0)
+def get_response_mask(response_id: torch.Tensor, eos_token: int, dtype=torch.float32) -> torch.Tensor:
+    """response_id: (bs, response_length) -> response_mask: (bs, response_length)"""
+    eos_mask = torch.isin(response_id, torch.tensor([eos_token], device=response_id.device)).int()
+    return (eos_mask.cumsum(dim=1) - eos_mask).eq(0).to(dtype)
 
 
-# 7) one update: mu optimizer steps on one batch of rollouts --------------------------------------------
-
-def batch_token_count(mask: torch.Tensor) -> torch.Tensor:
-    """Completion tokens in the whole batch, across data-parallel ranks, per rank (TRL's
-    num_items_in_batch / num_processes): the dapo normalizer every micro-batch shares."""
-    count = mask.sum().float()
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(count)
-        return count.clamp(min=1.0) / dist.get_world_size()
-    return count.clamp(min=1.0)
-
-
-def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
-    """Advantages, then pi_old and pi_ref log-probs under no_grad, then num_iterations times: zero_grad,
-    for each of grad_accum_steps contiguous micro-batches log-probs, loss, backward; clip_grad_norm_, step.
-    The reference is never stepped."""
-    advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)
-    mask = rollout.completion_mask                                        # (N, T)
-    N = mask.shape[0]
-    micro_batches = torch.tensor_split(torch.arange(N, device=mask.device), cfg.grad_accum_steps)  # k x (n,)
-    micro_batches = [rows for rows in micro_batches if len(rows) > 0]
-
-    def logprobs(model, rows):                                            # (n, T)
-        return token_logprobs(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
-                              cfg.temperature)
-
-    with torch.no_grad():
-        old_logp = torch.cat([logprobs(policy, rows) for rows in micro_batches])      # (N, T) pi_old, the sampler
-        ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
-    sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
-    num_tokens = batch_token_count(mask)
-    weight = LOSS_TYPES[cfg.loss_type].micro_weight
-    per_iteration = []
-    for _ in range(cfg.num_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        loss, logp = 0.0, []
-        for rows in micro_batches:
-            logp.append(logprobs(policy, rows))                           # (n, T)
-            micro_loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
-                                   num_tokens=num_tokens,
-                                   sampler_logp=None if sampler_logp is None else sampler_logp[rows])
-            micro_loss = micro_loss * weight(len(rows), N, cfg.grad_accum_steps)
-            micro_loss.backward()
-            loss += micro_loss.detach()
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
-        optimizer.step()
-        stats = step_stats(torch.cat(logp).detach(), old_logp, ref_logp, advantages, mask, cfg)
-        per_iteration.append({**stats, "loss": float(loss), "grad_norm": grad_norm.item()})
-    first, last = per_iteration[0], per_iteration[-1]
-    return {"loss": first["loss"], "kl": first["kl"], "ratio_dev": first["ratio_dev"],
-            "clip_frac": last["clip_frac"], "grad_norm": last["grad_norm"],
-            "adv_std": advantages.std().item(), "completion_len": mask.sum(dim=1).float().mean().item()}
+def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
+    return get_response_mask(completion_ids, eos_token=eos_id)
 
 
 @torch.no_grad()
-def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> dict:
-    """For the log, over the completion tokens of the batch: the mean KL, the largest |ratio - 1|, and the
-    share of tokens whose push the clip stopped (ratio past the bound on the side its advantage pushes, TRL's
-    clip_ratio/region_mean)."""
-    keep = mask.bool()                                                    # (N, T)
-    logp, old_logp, ref_logp = (torch.where(keep, x, 0.0) for x in (logp, old_logp, ref_logp))
-    ratio = torch.exp(logp - old_logp)                                    # (N, T)
-    adv = advantages[:, None]                                             # (N, 1)
-    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    clipped = ((ratio < 1 - cfg.clip_eps) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))  # (N, T)
-    return {"kl": masked_mean(kl_penalty(logp, ref_logp), mask).item(),
-            "ratio_dev": (ratio - 1).abs().max().item(),
-            "clip_frac": masked_mean(clipped.float(), mask).item()}
+def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None) -> Rollout:
+    """Sample rollout.n responses per prompt. Tokens are drawn with the exponential race of vLLM's sampler
+    (argmax of probs / Exp(1) noise), and the sampling log-prob of each token is returned as rollout_log_probs."""
+    input_ids = prompt_ids.repeat(cfg.group_size, 1)  # (bs, prompt_length)
+    attention_mask = prompt_mask.repeat(cfg.group_size, 1)
+    prompt_length = input_ids.shape[1]
+    finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+    kv_cache = policy.make_cache() if hasattr(policy, "make_cache") else None
+    step_input = input_ids
+    rollout_log_probs = []
+    for _ in range(cfg.max_new_tokens):
+        if kv_cache is not None:
+            logits = policy(step_input, attention_mask, cache=kv_cache)[:, -1, :]  # (bs, vocab_size)
+        else:
+            logits = policy(input_ids, attention_mask)[:, -1, :]
+        logprobs = torch.log_softmax(logits.float() / cfg.temperature, dim=-1)
+        probs = logprobs.exp()
+        q = torch.empty_like(probs).exponential_(1.0, generator=generator)
+        token = probs.div(q).argmax(dim=-1)  # (bs,)
+        token_logprob = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
+        rollout_log_probs.append(torch.where(finished, torch.zeros_like(token_logprob), token_logprob))
+        token = torch.where(finished, torch.full_like(token, pad_id), token)
+        input_ids = torch.cat([input_ids, token.unsqueeze(-1)], dim=-1)
+        attention_mask = torch.cat([attention_mask, (~finished).to(attention_mask.dtype).unsqueeze(-1)], dim=-1)
+        finished = finished | token.eq(eos_id)
+        step_input = token.unsqueeze(-1)
+        if finished.all():
+            break
+    responses = input_ids[:, prompt_length:]
+    return Rollout(input_ids=input_ids, attention_mask=attention_mask,
+                   completion_mask=get_response_mask(responses, eos_token=eos_id), prompt_len=prompt_length,
+                   sampler_logp=torch.stack(rollout_log_probs, dim=-1))
 
 
-# 8) the training loop ---------------------------------------------------------------------------------
-
-def print_stats(s: dict) -> None:
-    print(f"step {s['step']:3d} | reward {s['reward_mean']:.3f} | kl {s['kl']:.4f} | loss {s['loss']:+.4f}"
-          f" | clip {s['clip_frac']:.2f} | gnorm {s['grad_norm']:.2f} | len {s['completion_len']:.1f}", flush=True)
+# ---------------------------------------------------------------------------------------------------------------
+# advantage
 
 
-def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_stats) -> list:
-    """Reference = frozen deepcopy of the policy at the start; AdamW(lr); each step: B prompts from the task,
-    G completions each, the task's rewards, one grpo_step. Returns one stats dict per step."""
+@torch.no_grad()
+def compute_grpo_outcome_advantage(scores: torch.Tensor, index: list, epsilon: float = 1e-6,
+                                   scale_rewards: str = "group") -> torch.Tensor:
+    """
+    Compute advantage for GRPO, operating only on Outcome reward
+    (with only one scalar reward for each response).
+
+    Args:
+        scores: `(torch.Tensor)`
+            shape is (bs,)
+        index: `(list)`
+            prompt uid of each response, for grouping
+        epsilon: `(float)`
+            numerical constant of the scaling
+        scale_rewards: `(str)`
+            "group" scales by the std of the group, "batch" by the std of the batch, "none" does not scale
+            (Dr.GRPO, https://arxiv.org/abs/2503.20783)
+
+    Returns:
+        advantages: `(torch.Tensor)`
+            shape is (bs,)
+    """
+    scores = scores.detach().float().clone()
+    id2score = defaultdict(list)
+    id2mean = {}
+    id2std = {}
+
+    bsz = scores.shape[0]
+    for i in range(bsz):
+        id2score[index[i]].append(scores[i])
+    for idx in id2score:
+        scores_tensor = torch.stack(id2score[idx])
+        id2mean[idx] = torch.mean(scores_tensor)
+        id2std[idx] = torch.std(scores_tensor)
+    batch_std = torch.std(scores)
+    for i in range(bsz):
+        if scale_rewards == "group":
+            scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+        elif scale_rewards == "batch":
+            scores[i] = (scores[i] - id2mean[index[i]]) / (batch_std + epsilon)
+        else:
+            scores[i] = scores[i] - id2mean[index[i]]
+    return scores
+
+
+def prompt_uid(bsz: int, group_size: int) -> torch.Tensor:
+    """uid of the prompt each of the bsz responses answers, (bs,)"""
+    return torch.arange(bsz) // group_size
+
+
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "none") -> torch.Tensor:
+    uid = prompt_uid(rewards.shape[0], group_size).tolist()
+    return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps, scale_rewards=scale)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# log prob
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(logits, dim=-1)
+    return logp.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+
+
+def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    """log_probs of the responses, (bs, response_length), fp32."""
+    response_length = input_ids.shape[-1] - prompt_len
+    logits = model(input_ids, attention_mask).float()  # (bs, seqlen, vocab_size)
+    logits = logits / temperature
+    logits = logits[:, -response_length - 1 : -1, :]  # (bs, response_length, vocab_size)
+    responses = input_ids[:, -response_length:]
+    return logprobs_from_logits(logits, responses)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# kl / loss
+
+
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+    """Compute KL divergence given logprob and ref_logprob.
+    See more description in http://joschu.net/blog/kl-approx.html
+
+    kind: "k1" / "kl", "abs", "k2" / "mse", "k3", or "low_var_kl" (k3 clamped for numerical stability)
+    """
+    if kind in ("kl", "k1"):
+        return logprob - ref_logprob
+    if kind == "abs":
+        return (logprob - ref_logprob).abs()
+    if kind in ("mse", "k2"):
+        return 0.5 * (logprob - ref_logprob).square()
+    if kind == "k3":
+        kl = ref_logprob - logprob
+        return torch.exp(kl) - kl - 1
+    if kind == "low_var_kl":
+        kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
+        return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
+    raise NotImplementedError(f"kl penalty {kind}")
+
+
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str,
+             batch_num_tokens=None, loss_scale_factor: Optional[int] = None) -> torch.Tensor:
+    """
+    Aggregate the loss matrix into a scalar.
+
+    Args:
+        loss_mat: `(torch.Tensor)`
+            shape: (bs, response_length)
+        loss_mask: `(torch.Tensor)`
+            shape: (bs, response_length)
+        loss_agg_mode: (str) "token-mean" / "seq-mean-token-mean" / "seq-mean-token-sum-norm"
+        batch_num_tokens: number of valid tokens to divide by in "token-mean"; defaults to those in loss_mask
+        loss_scale_factor: constant divisor of "seq-mean-token-sum-norm"; defaults to loss_mask.shape[-1]
+
+    Returns:
+        loss: `a scalar torch.Tensor`
+    """
+    if loss_agg_mode == "token-mean":
+        if batch_num_tokens is None:
+            batch_num_tokens = loss_mask.sum().clamp(min=1.0)
+        loss = (loss_mat * loss_mask).sum() / batch_num_tokens
+    elif loss_agg_mode == "seq-mean-token-mean":
+        seq_losses = (loss_mat * loss_mask).sum(dim=-1) / loss_mask.sum(dim=-1).clamp(min=1.0)
+        loss = seq_losses.mean()
+    elif loss_agg_mode == "seq-mean-token-sum-norm":
+        if loss_scale_factor is None:
+            loss_scale_factor = loss_mask.shape[-1]
+        seq_losses = (loss_mat * loss_mask).sum(dim=-1)
+        loss = seq_losses.mean() / loss_scale_factor
+    else:
+        raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode}")
+    return loss
+
+
+def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, cliprange_low, cliprange_high,
+                        loss_agg_mode="token-mean", rollout_is_weights=None, **agg_kwargs):
+    """
+    Compute the clipped policy objective and related metrics for PPO.
+
+    Args:
+        old_log_prob: (bs, response_length)
+        log_prob: (bs, response_length)
+        advantages: (bs, response_length)
+        response_mask: (bs, response_length)
+        cliprange_low, cliprange_high: ratio clipped to [1 - cliprange_low, 1 + cliprange_high]
+        rollout_is_weights: optional (bs, response_length) importance weights on the policy loss
+    """
+    negative_approx_kl = log_prob - old_log_prob
+    ratio = torch.exp(negative_approx_kl)
+
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    pg_losses = torch.maximum(pg_losses1, pg_losses2)
+    pg_clipfrac = (torch.gt(pg_losses2, pg_losses1).float() * response_mask).sum() / response_mask.sum().clamp(min=1.0)
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **agg_kwargs)
+    return pg_loss, pg_clipfrac
+
+
+def compute_rollout_is_weights(old_log_prob, rollout_log_probs, response_mask, threshold: float) -> torch.Tensor:
+    """Token-level truncated IS weights between the actor's old log-probs and the rollout engine's."""
+    log_ratio = (old_log_prob - rollout_log_probs).masked_fill(~response_mask.bool(), 0.0)
+    return torch.exp(log_ratio).clamp(max=threshold).detach()
+
+
+def grpo_loss(log_prob, old_log_prob, ref_log_prob, advantages, response_mask, cfg: GRPOConfig, *,
+              num_tokens=None, sampler_logp=None) -> torch.Tensor:
+    """pg_loss + kl_loss_coef * kl_loss, both aggregated with the loss_agg_mode of cfg.loss_type."""
+    valid = response_mask.bool()
+    log_prob = torch.where(valid, log_prob, torch.zeros_like(log_prob))
+    old_log_prob = torch.where(valid, old_log_prob, torch.zeros_like(old_log_prob))
+    ref_log_prob = torch.where(valid, ref_log_prob, torch.zeros_like(ref_log_prob))
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)  # (bs, 1)
+    response_mask = valid.to(log_prob.dtype)
+
+    loss_agg_mode = LOSS_AGG_MODE[cfg.loss_type]
+    agg_kwargs = {}
+    if cfg.loss_type == "dapo" and num_tokens is not None:
+        agg_kwargs["batch_num_tokens"] = num_tokens
+    if cfg.loss_type == "dr_grpo":
+        agg_kwargs["loss_scale_factor"] = cfg.max_new_tokens
+
+    rollout_is_weights = None
+    if cfg.is_cap is not None and sampler_logp is not None:
+        rollout_is_weights = compute_rollout_is_weights(old_log_prob, sampler_logp, response_mask, cfg.is_cap)
+
+    cliprange_high = cfg.clip_eps_high if cfg.clip_eps_high is not None else cfg.clip_eps
+    pg_loss, _ = compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, cfg.clip_eps,
+                                     cliprange_high, loss_agg_mode, rollout_is_weights, **agg_kwargs)
+    kld = kl_penalty(log_prob, ref_log_prob, kind="k3")
+    kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **agg_kwargs)
+    return pg_loss + kl_loss * cfg.beta
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# stages on the batch dict
+
+
+def split_batch(batch: dict, num_chunks: int) -> list[dict]:
+    """Split every tensor of the batch along dim 0 into num_chunks micro batches (empty ones dropped)."""
+    tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    bsz = next(iter(tensors.values())).shape[0]
+    micro_batches = []
+    for rows in torch.arange(bsz).tensor_split(num_chunks):
+        if len(rows) == 0:
+            continue
+        micro_batch = {k: (v[rows.to(v.device)] if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+        micro_batches.append(micro_batch)
+    return micro_batches
+
+
+def rollout_to_batch(rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
+    return {
+        "input_ids": rollout.input_ids,
+        "attention_mask": rollout.attention_mask,
+        "response_mask": rollout.completion_mask,
+        "token_level_scores": rewards,  # outcome reward, one per response
+        "uid": prompt_uid(rollout.input_ids.shape[0], cfg.group_size),
+        "rollout_log_probs": rollout.sampler_logp,
+        "meta_info": {"temperature": cfg.temperature, "prompt_length": rollout.prompt_len},
+    }
+
+
+def compute_advantage(batch: dict, cfg: GRPOConfig) -> dict:
+    advantages = compute_grpo_outcome_advantage(batch["token_level_scores"], batch["uid"].tolist(),
+                                                epsilon=cfg.adv_eps, scale_rewards=cfg.scale_rewards)
+    batch["advantages"] = advantages.unsqueeze(-1) * batch["response_mask"]  # (bs, response_length)
+    batch["seq_advantages"] = advantages
+    return batch
+
+
+@torch.no_grad()
+def compute_log_prob(model, batch: dict, cfg: GRPOConfig) -> torch.Tensor:
+    meta = batch["meta_info"]
+    log_probs = []
+    for micro_batch in split_batch(batch, cfg.grad_accum_steps):
+        log_probs.append(token_logprobs(model, micro_batch["input_ids"], micro_batch["attention_mask"],
+                                        meta["prompt_length"], meta["temperature"]))
+    return torch.cat(log_probs, dim=0)  # (bs, response_length)
+
+
+def global_batch_num_tokens(response_mask: torch.Tensor) -> torch.Tensor:
+    num_tokens = response_mask.sum().float()
+    dp_size = 1
+    if dist.is_available() and dist.is_initialized():
+        dist.all_reduce(num_tokens)
+        dp_size = dist.get_world_size()
+    return num_tokens.clamp(min=1.0) / dp_size
+
+
+def loss_scale_factor(cfg: GRPOConfig, micro_bsz: int, mini_bsz: int) -> float:
+    if cfg.loss_type == "dapo":
+        return 1.0
+    if cfg.loss_type == "bnpo":
+        return 1.0 / cfg.grad_accum_steps
+    return micro_bsz / mini_bsz
+
+
+@torch.no_grad()
+def compute_data_metrics(batch: dict, log_prob: torch.Tensor, cfg: GRPOConfig) -> dict:
+    mask = batch["response_mask"].bool()
+    log_prob = log_prob.masked_fill(~mask, 0.0)
+    ratio = torch.exp(log_prob - batch["old_log_probs"].masked_fill(~mask, 0.0))
+    kld = kl_penalty(log_prob, batch["ref_log_prob"].masked_fill(~mask, 0.0), kind="k3")
+    advantages = batch["seq_advantages"].unsqueeze(-1)
+    cliprange_high = cfg.clip_eps_high if cfg.clip_eps_high is not None else cfg.clip_eps
+    pg_losses1 = -advantages * ratio
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cfg.clip_eps, 1 + cliprange_high)
+    n = mask.sum().clamp(min=1)
+    return {
+        "actor/kl_loss": (kld * mask).sum().item() / n.item(),
+        "actor/pg_clipfrac": (torch.gt(pg_losses2, pg_losses1) & mask).sum().item() / n.item(),
+        "actor/ppo_ratio_dev": (ratio - 1).abs().max().item(),
+    }
+
+
+def update_policy(actor, optimizer, batch: dict, cfg: GRPOConfig) -> dict:
+    metrics = defaultdict(list)
+    meta = batch["meta_info"]
+    mini_bsz = batch["input_ids"].shape[0]
+    num_tokens = global_batch_num_tokens(batch["response_mask"])
+    use_rollout_is = cfg.is_cap is not None and batch["rollout_log_probs"] is not None
+    for _ in range(cfg.num_iterations):
+        optimizer.zero_grad(set_to_none=True)
+        pg_loss, log_probs = 0.0, []
+        for micro_batch in split_batch(batch, cfg.grad_accum_steps):
+            log_prob = token_logprobs(actor, micro_batch["input_ids"], micro_batch["attention_mask"],
+                                      meta["prompt_length"], meta["temperature"])
+            policy_loss = grpo_loss(log_prob, micro_batch["old_log_probs"], micro_batch["ref_log_prob"],
+                                    micro_batch["advantages"], micro_batch["response_mask"], cfg,
+                                    num_tokens=num_tokens,
+                                    sampler_logp=micro_batch["rollout_log_probs"] if use_rollout_is else None)
+            loss = policy_loss * loss_scale_factor(cfg, micro_batch["input_ids"].shape[0], mini_bsz)
+            loss.backward()
+            pg_loss += loss.detach().item()
+            log_probs.append(log_prob.detach())
+        grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_norm=cfg.max_grad_norm)
+        optimizer.step()
+        metrics["actor/pg_loss"].append(pg_loss)
+        metrics["actor/grad_norm"].append(grad_norm.item())
+        for k, v in compute_data_metrics(batch, torch.cat(log_probs, dim=0), cfg).items():
+            metrics[k].append(v)
+    return metrics
+
+
+def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
+    batch = rollout_to_batch(rollout, rewards, cfg)
+    batch = compute_advantage(batch, cfg)
+    batch["old_log_probs"] = compute_log_prob(policy, batch, cfg)
+    batch["ref_log_prob"] = compute_log_prob(ref_policy, batch, cfg)
+    metrics = update_policy(policy, optimizer, batch, cfg)
+    return {
+        "loss": metrics["actor/pg_loss"][0],
+        "kl": metrics["actor/kl_loss"][0],
+        "ratio_dev": metrics["actor/ppo_ratio_dev"][0],
+        "clip_frac": metrics["actor/pg_clipfrac"][-1],
+        "grad_norm": metrics["actor/grad_norm"][-1],
+        "adv_std": batch["seq_advantages"].std().item(),
+        "completion_len": batch["response_mask"].sum(-1).float().mean().item(),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# trainer loop
+
+
+def print_metrics(data: dict) -> None:
+    keys = ["critic/score/mean", "critic/score/max", "actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac",
+            "actor/grad_norm", "response_length/mean"]
+    names = ["reward_mean", "reward_max", "loss", "kl", "clip_frac", "grad_norm", "completion_len"]
+    print(f"step:{data['step']} - " + " - ".join(f"{k}:{data[n]:.3f}" for k, n in zip(keys, names)), flush=True)
+
+
+def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
-    prompt_gen = torch.Generator().manual_seed(seed)                      # the task samples on the CPU
-    sample_gen = torch.Generator(device=device).manual_seed(seed)
+    dataloader_generator = torch.Generator().manual_seed(seed)
+    rollout_generator = torch.Generator(device=device).manual_seed(seed)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     history = []
     for step in range(1, steps + 1):
-        prompt_ids, prompt_mask = task.sample_prompts(batch_size, prompt_gen)  # (B, P)
-        rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg,
-                           eos_id=task.eos_id, pad_id=task.pad_id, generator=sample_gen)
-        rewards = task.reward(rollout).to(device)                         # (N,)
-        stats = grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg)
-        stats = {"step": step, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(), **stats}
-        history.append(stats)
-        log(stats)
+        prompt_ids, prompt_mask = task.sample_prompts(batch_size, dataloader_generator)
+        rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg, eos_id=task.eos_id,
+                           pad_id=task.pad_id, generator=rollout_generator)
+        reward_tensor = task.reward(rollout).to(device)
+        metrics = grpo_step(policy, ref_policy, optimizer, rollout, reward_tensor, cfg)
+        data = {"step": step, "reward_mean": reward_tensor.mean().item(), "reward_max": reward_tensor.max().item(),
+                **metrics}
+        history.append(data)
+        log(data)
     return history
 
 
 if __name__ == "__main__":
     from lab import ModelConfig, SumTask, TinyLM
+
     torch.manual_seed(0)
     train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)

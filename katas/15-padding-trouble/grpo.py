@@ -8,8 +8,8 @@ policy-gradient steps with a k3 KL penalty against a frozen reference policy.
            -> 7) one update (mu inner steps, micro-batched) -> 8) the training loop
 
 Shapes: B prompts, G = group_size, N = B*G rows, P prompt columns (left-padded), T completion columns,
-V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V) and
-derives positions from the mask. Device and dtype come from the model; nothing is tied to CUDA.
+V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V).
+Device and dtype come from the model; nothing is tied to CUDA.
 
 Where this departs from the paper. The defaults are eq. 3 as written (each row's token mean, averaged over rows;
 each group's z-score of the rewards; a symmetric clip; the k3 KL in the loss, not the reward; mu = 1), except
@@ -65,7 +65,7 @@ class GRPOConfig:
 @dataclass
 class Rollout:
     input_ids: torch.Tensor        # (N, P+T) prompt then completion; pad after a row's first EOS
-    attention_mask: torch.Tensor   # (N, P+T) 0 on left padding and on pad after EOS
+    attention_mask: torch.Tensor   # (N, P+T) 0 on left padding
     completion_mask: torch.Tensor  # (N, T) 1 up to and including the first EOS
     prompt_len: int                # P
     sampler_logp: torch.Tensor | None = None  # (N, T) float32 log-prob each token was drawn with; 0 after EOS
@@ -74,7 +74,7 @@ class Rollout:
 # 1) sample a group of G completions per prompt -------------------------------------------------------
 
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """(N, T) -> (N, T): 1 up to and including each row's first EOS, 0 after; all 1 where no EOS.
+    """(N, T) -> (N, T): 1 up to and including each row's first EOS, 0 after.
     Built from positions, never from ids == pad (pad and EOS may share an id)."""
     N, T = completion_ids.shape
     is_eos = completion_ids == eos_id                                     # (N, T)
@@ -87,7 +87,7 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
 def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int,
              generator=None) -> Rollout:
     """Repeat each prompt G times contiguously and sample completions from softmax(logits / temperature).
-    A row ends at its first EOS: EOS kept, pad after it with attention 0. Stops once every row has ended.
+    A row ends at its first EOS: EOS kept, pad after it. Stops once every row has ended.
     Records the log-prob each token was drawn with (rollout.sampler_logp), as an inference engine reports it.
     Uses the model's KV cache when it offers one (model.make_cache()), else recomputes the prefix."""
     ids = prompt_ids.repeat_interleave(cfg.group_size, dim=0)             # (N, P) rows i*G..i*G+G-1: prompt i

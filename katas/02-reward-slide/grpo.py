@@ -30,6 +30,7 @@ from typing import Callable, NamedTuple
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 @dataclass(frozen=True)
@@ -233,14 +234,21 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 # 7) one update: mu optimizer steps on one batch of rollouts --------------------------------------------
 
+def world_position() -> tuple:
+    """(rank, world size) under an initialized torch.distributed, else (0, 1): one process."""
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
 def batch_token_count(mask: torch.Tensor) -> torch.Tensor:
     """Completion tokens in the whole batch, across data-parallel ranks, per rank (TRL's
     num_items_in_batch / num_processes): the dapo normalizer every micro-batch shares."""
     count = mask.sum().float()
-    if dist.is_available() and dist.is_initialized():
+    _, world = world_position()
+    if world > 1:
         dist.all_reduce(count)
-        return count.clamp(min=1.0) / dist.get_world_size()
-    return count.clamp(min=1.0)
+    return count.clamp(min=1.0) / world
 
 
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
@@ -310,12 +318,17 @@ def print_stats(s: dict) -> None:
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_stats) -> list:
     """Reference = frozen deepcopy of the policy at the start; AdamW(lr); each step: B prompts from the task,
-    G completions each, the task's rewards, one grpo_step. Returns one stats dict per step."""
+    G completions each, the task's rewards, one grpo_step. Returns one stats dict per step.
+    Data-parallel when torch.distributed is initialized: every rank draws its own prompts and samples its own
+    groups (seeded by seed + rank), and the update goes through DistributedDataParallel, which averages the
+    gradients over the ranks; each rank keeps its own copy of the reference."""
+    rank, world = world_position()
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
-    prompt_gen = torch.Generator().manual_seed(seed)                      # the task samples on the CPU
-    sample_gen = torch.Generator(device=device).manual_seed(seed)
+    prompt_gen = torch.Generator().manual_seed(seed + rank)               # the task samples on the CPU
+    sample_gen = torch.Generator(device=device).manual_seed(seed + rank)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
+    learner = DistributedDataParallel(policy) if world > 1 else policy    # the module that takes the update
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     history = []
     for step in range(1, steps + 1):
@@ -323,7 +336,7 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
         rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg,
                            eos_id=task.eos_id, pad_id=task.pad_id, generator=sample_gen)
         rewards = task.reward(rollout).to(device)                         # (N,)
-        stats = grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg)
+        stats = grpo_step(learner, ref_policy, optimizer, rollout, rewards, cfg)
         stats = {"step": step, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(), **stats}
         history.append(stats)
         log(stats)

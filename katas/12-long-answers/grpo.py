@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class GRPOConfig:
     num_iterations: int = 1
     lr: float = 3e-3
     max_grad_norm: float = 1.0
-    loss_type: str = "dapo" # grpo|bnpo|dr_grpo|dapo
+    loss_type: str = "grpo" # grpo|bnpo|dr_grpo|dapo
     scale_rewards: str = "group" # group|batch|none
     clip_eps_high: float | None = None
     grad_accum_steps: int = 1
@@ -119,7 +120,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num
     losses = pg + cfg.beta * kl_penalty(logp, ref_logp)
     m = (~pad).to(losses.dtype)
     if cfg.loss_type == "grpo":
-        return ((losses * m).sum(1) / m.sum(1).clamp(min=1)).mean()
+        return (losses * m).sum() / m.sum().clamp(min=1)
     if cfg.loss_type == "bnpo":
         return (losses * m).sum() / m.sum().clamp(min=1)
     if cfg.loss_type == "dr_grpo":
@@ -187,11 +188,14 @@ def print_step(s):
     print(f"step {s['step']:4d} | reward: {s['reward_mean']:.4f} | kl: {s['kl']:.4f} | loss: {s['loss']:.6f} | len: {s['completion_len']:.2f} | dt: {s['dt']*1000:.0f}ms", flush=True)
 
 def train(policy, task, cfg, *, steps, batch_size, seed, log=print_step):
+    ddp = dist.is_available() and dist.is_initialized()
+    rank = dist.get_rank() if ddp else 0
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
-    pgen = torch.Generator().manual_seed(seed)
-    sgen = torch.Generator(device=device).manual_seed(seed)
+    pgen = torch.Generator().manual_seed(seed + rank)
+    sgen = torch.Generator(device=device).manual_seed(seed + rank)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
+    model = DDP(policy) if ddp else policy
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     history = []
     for step in range(1, steps + 1):
@@ -199,7 +203,7 @@ def train(policy, task, cfg, *, steps, batch_size, seed, log=print_step):
         prompt_ids, prompt_mask = task.sample_prompts(batch_size, pgen)
         rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg, eos_id=task.eos_id, pad_id=task.pad_id, generator=sgen)
         rewards = task.reward(rollout).to(device)
-        stats = grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg)
+        stats = grpo_step(model, ref_policy, optimizer, rollout, rewards, cfg)
         stats = {"step": step, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(), **stats, "dt": time.time() - t0}
         history.append(stats)
         log(stats)

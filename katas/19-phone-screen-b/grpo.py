@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 @dataclass(frozen=True)
@@ -455,11 +456,14 @@ def print_metrics(data: dict) -> None:
 
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
+    dp_rank, dp_size = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
+        else (0, 1)
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
-    dataloader_generator = torch.Generator().manual_seed(seed)
-    rollout_generator = torch.Generator(device=device).manual_seed(seed)
+    dataloader_generator = torch.Generator().manual_seed(seed + dp_rank)
+    rollout_generator = torch.Generator(device=device).manual_seed(seed + dp_rank)
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
+    actor_module = DistributedDataParallel(policy) if dp_size > 1 else policy  # the actor the optimizer updates
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     history = []
     for step in range(1, steps + 1):
@@ -467,7 +471,7 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
         rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg, eos_id=task.eos_id,
                            pad_id=task.pad_id, generator=rollout_generator)
         reward_tensor = task.reward(rollout).to(device)
-        metrics = grpo_step(policy, ref_policy, optimizer, rollout, reward_tensor, cfg)
+        metrics = grpo_step(actor_module, ref_policy, optimizer, rollout, reward_tensor, cfg)
         data = {"step": step, "reward_mean": reward_tensor.mean().item(), "reward_max": reward_tensor.max().item(),
                 **metrics}
         history.append(data)

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 @dataclass(frozen=True)
@@ -427,6 +428,10 @@ class GRPOTrainer:
         args = self.args
         self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model).requires_grad_(False)
         self.optimizer = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=args.lr)
+        # With several processes the model is trained through DistributedDataParallel, as `accelerator.prepare`
+        # would wrap it (gradients are averaged across processes); generation uses the bare model.
+        wrap = self.num_processes > 1 and not isinstance(model, DistributedDataParallel)
+        self.model_wrapped = DistributedDataParallel(model) if wrap else model
 
         # Training arguments
         self.num_generations = args.group_size
@@ -568,7 +573,7 @@ class GRPOTrainer:
             for micro_batch in split_tensor_dict(inputs, self.current_gradient_accumulation_steps):
                 if micro_batch["completion_mask"].size(0) == 0:
                     continue
-                loss = self.compute_loss(self.model, micro_batch)
+                loss = self.compute_loss(self.model_wrapped, micro_batch)
                 loss.backward()
                 total_loss += loss.detach().item()
             grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
@@ -606,8 +611,10 @@ class GRPOTrainer:
             `list[dict]`: the metrics of every step.
         """
         device = next(self.model.parameters()).device
-        prompt_generator = torch.Generator().manual_seed(seed)  # the task samples prompts on the CPU
-        sampling_generator = torch.Generator(device=device).manual_seed(seed)
+        process_index = dist.get_rank() if self.num_processes > 1 else 0
+        # the task samples prompts on the CPU; every process draws its own prompts and completions
+        prompt_generator = torch.Generator().manual_seed(seed + process_index)
+        sampling_generator = torch.Generator(device=device).manual_seed(seed + process_index)
         history = []
         for step in range(1, steps + 1):
             prompt_ids, prompt_mask = task.sample_prompts(batch_size, prompt_generator)

@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class GRPOConfig:
     is_cap: Optional[float] = None  # rollout_is_threshold, None -> off
     # algorithm
     adv_eps: float = 1e-4
-    scale_rewards: str = "none"  # group | batch | none
+    scale_rewards: str = "group"  # group | batch | none
 
     def __post_init__(self):
         if self.group_size < 2:
@@ -119,7 +120,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
 
 @torch.no_grad()
 def compute_grpo_outcome_advantage(scores: torch.Tensor, index: list, epsilon: float = 1e-6,
-                                   scale_rewards: str = "group") -> torch.Tensor:
+                                   scale_rewards: str = "none") -> torch.Tensor:
     """
     Compute advantage for GRPO, operating only on Outcome reward
     (with only one scalar reward for each response).
@@ -167,9 +168,9 @@ def prompt_uid(bsz: int, group_size: int) -> torch.Tensor:
     return torch.arange(bsz) // group_size
 
 
-def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "none") -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
     uid = prompt_uid(rewards.shape[0], group_size).tolist()
-    return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps, scale_rewards=scale)
+    return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -345,7 +346,7 @@ def rollout_to_batch(rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -
 
 def compute_advantage(batch: dict, cfg: GRPOConfig) -> dict:
     advantages = compute_grpo_outcome_advantage(batch["token_level_scores"], batch["uid"].tolist(),
-                                                epsilon=cfg.adv_eps, scale_rewards=cfg.scale_rewards)
+                                                epsilon=cfg.adv_eps)
     batch["advantages"] = advantages.unsqueeze(-1) * batch["response_mask"]  # (bs, response_length)
     batch["seq_advantages"] = advantages
     return batch
@@ -454,11 +455,14 @@ def print_metrics(data: dict) -> None:
 
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
+    dp_rank, dp_size = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
+        else (0, 1)
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
-    dataloader_generator = torch.Generator().manual_seed(seed)
-    rollout_generator = torch.Generator(device=device).manual_seed(seed)
+    dataloader_generator = torch.Generator().manual_seed(seed + dp_rank)
+    rollout_generator = torch.Generator(device=device).manual_seed(seed + dp_rank)
     ref_policy = policy
+    actor_module = DistributedDataParallel(policy) if dp_size > 1 else policy  # the actor the optimizer updates
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
     history = []
     for step in range(1, steps + 1):
@@ -466,7 +470,7 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
         rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg, eos_id=task.eos_id,
                            pad_id=task.pad_id, generator=rollout_generator)
         reward_tensor = task.reward(rollout).to(device)
-        metrics = grpo_step(policy, ref_policy, optimizer, rollout, reward_tensor, cfg)
+        metrics = grpo_step(actor_module, ref_policy, optimizer, rollout, reward_tensor, cfg)
         data = {"step": step, "reward_mean": reward_tensor.mean().item(), "reward_max": reward_tensor.max().item(),
                 **metrics}
         history.append(data)

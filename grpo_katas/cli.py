@@ -19,6 +19,7 @@ kept in work/state.json, written atomically; a corrupt state file is set aside a
 import argparse
 import difflib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -37,51 +38,19 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.syntax import Syntax
 from rich.table import Table
 
-from grpo_katas import REFERENCE, ROOT
+from grpo_katas import REFERENCE, ROOT, UserError, progress
 from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, load_bugs, load_katas
+from grpo_katas.progress import WORK, load_state, now, record_of, require_copy, save_state, working_copy
 
-WORK = ROOT / "work"
 CHECK_TIMEOUT_S = 300
 console = Console(highlight=False)
 
 
-class UserError(Exception):
-    """Something the user can fix: shown as one line, exit status 2."""
+class ConsoleNotes(logging.Handler):
+    """The library's notices (a progress file set aside) as yellow lines on the console."""
 
-
-# --- state: work/state.json ---------------------------------------------------------------------------
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def load_state() -> dict:
-    path = WORK / "state.json"
-    if not path.exists():
-        return {"katas": {}}
-    try:
-        state = json.loads(path.read_text())
-        if not isinstance(state, dict) or not isinstance(state.get("katas"), dict):
-            raise ValueError("not a state object")
-        return state
-    except (ValueError, UnicodeDecodeError) as exc:
-        aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
-        path.rename(aside)
-        console.print(f"[yellow]progress file {path} was unreadable ({escape(str(exc))}); set aside as {aside.name}, "
-                      f"starting fresh. Your work files are untouched.[/]")
-        return {"katas": {}}
-
-
-def save_state(state: dict) -> None:
-    WORK.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=WORK, prefix=".state-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, WORK / "state.json")
-
-
-def progress_of(state: dict, kata) -> dict:
-    return state["katas"].setdefault(str(kata.number), {"hints": 0})
+    def emit(self, record):
+        console.print(f"[yellow]{escape(record.getMessage())}[/]")
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -100,24 +69,8 @@ def kata_or_fail(number):
     return kata
 
 
-def working_copy(kata) -> Path:
-    return WORK / kata.name / "grpo.py"
-
-
-def require_copy(kata) -> Path:
-    path = working_copy(kata)
-    if not path.exists():
-        raise UserError(f"no working copy of kata {kata.number} yet; start it with `make kata N={kata.number}`")
-    return path
-
-
 def python_env() -> dict:
     return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-
-
-def elapsed(p: dict) -> float:
-    start = datetime.fromisoformat(p["started"]) if "started" in p else datetime.now(timezone.utc)
-    return (datetime.now(timezone.utc) - start).total_seconds()
 
 
 def minutes(seconds: float) -> str:
@@ -133,17 +86,11 @@ def scenario(kata) -> str:
 
 def cmd_kata(args) -> int:
     kata = kata_or_fail(args.n)
-    state = load_state()
-    p = progress_of(state, kata)
     path = working_copy(kata)
-    if path.exists():
+    if progress.start(kata):
         note = f"Resuming your working copy (left as it is): {path.relative_to(ROOT)}"
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kata.loop, path)
         note = f"Your working copy: {path.relative_to(ROOT)}"
-    p.setdefault("started", now())
-    save_state(state)
     body = (f"[bold]{kata.title}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
             f"bugs: {len(kata.bugs)}\n\n{scenario(kata)}\n\n"
             f"{note}\n"
@@ -252,11 +199,7 @@ def cmd_check(args) -> int:
     console.print(f"{n_fixed} of {len(kata.bugs)} bugs fixed; {len(results) - n_failed} of {len(results)} checks pass")
     if n_failed:
         return 1
-    state = load_state()
-    p = progress_of(state, kata)
-    if not p.get("solved"):
-        p["solved"], p["seconds"] = now(), elapsed(p)
-        save_state(state)
+    p = progress.solve(kata)
     console.print(f"[bold green]Solved[/] in {minutes(p['seconds'])} (time box {kata.minutes} min), "
                   f"{p['hints']} hint(s). See the explanation: make solution N={kata.number}")
     return 0
@@ -284,11 +227,7 @@ def cmd_watch(args) -> int:
 
 def cmd_hint(args) -> int:
     kata = kata_or_fail(args.n)
-    state = load_state()
-    p = progress_of(state, kata)
-    level = min(p["hints"] + 1, len(kata.hints))
-    p["hints"] = max(p["hints"], level)
-    save_state(state)
+    level = progress.next_hint(kata)
     tail = "" if level < len(kata.hints) else " (the last one)"
     console.print(Panel(kata.hints[level - 1], title=f"hint {level} of {len(kata.hints)}{tail}", expand=False))
     return 0
@@ -296,14 +235,7 @@ def cmd_hint(args) -> int:
 
 def cmd_solution(args) -> int:
     kata = kata_or_fail(args.n)
-    state = load_state()
-    p = progress_of(state, kata)
-    if not p.get("solved") and not args.force:
-        raise UserError(f"kata {kata.number} is not solved yet; `make check N={kata.number}` must pass first "
-                        f"(or `make solution N={kata.number} FORCE=1` to reveal it anyway, which is recorded)")
-    if not p.get("solved"):
-        p["revealed_unsolved"] = now()
-        save_state(state)
+    progress.reveal(kata, args.force)
     bugs = load_bugs()
     diff = difflib.unified_diff(kata.loop.read_text().splitlines(), REFERENCE.read_text().splitlines(),
                                 f"katas/{kata.name}/grpo.py", "solutions/grpo.py", lineterm="", n=2)
@@ -326,17 +258,9 @@ def cmd_reset(args) -> int:
             if input(f"Back up and restore the pristine kata {kata.number}? [y/N] ").strip().lower() != "y":
                 console.print("nothing changed")
                 return 1
-        backup = path.parent / "backups" / f"grpo-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.py"
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, backup)
+    backup = progress.reset(kata)
+    if backup:
         console.print(f"your copy is saved as {backup.relative_to(ROOT)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kata.loop, path)
-    state = load_state()
-    old = state["katas"].pop(str(kata.number), None)
-    history = (old or {}).pop("history", []) + ([old] if old else [])
-    state["katas"][str(kata.number)] = {"hints": 0, "started": now(), "history": history}
-    save_state(state)
     console.print(f"restored the pristine kata at {path.relative_to(ROOT)}")
     return 0
 
@@ -346,18 +270,15 @@ def cmd_list(args) -> int:
     katas = load_katas()
     table = Table("N", "kata", "tier", "time box", "status", "time", "hints")
     solved = 0
+    colour = {"solved": "green", "in progress": "yellow", "not started": "default"}
     for k in katas:
-        p = state["katas"].get(str(k.number), {})
-        before = [h for h in p.get("history", []) if h.get("solved")]
-        solved += bool(p.get("solved") or before)
-        if p.get("solved"):
-            status, spent = "[green]solved[/]", minutes(p["seconds"])
-        elif working_copy(k).exists():
-            status = "[yellow]in progress[/]" + (" (solved before a reset)" if before else "")
-            spent = minutes(elapsed(p)) if "started" in p else ""
-        else:
-            status, spent = "not started", ""
-        table.add_row(str(k.number), k.title, k.tier, f"{k.minutes} min", status, spent, str(p.get("hints", 0) or ""))
+        s = progress.status(state, k)
+        solved += s.label == "solved" or s.solved_before_reset
+        label = f"[{colour[s.label]}]{s.label}[/]"
+        if s.solved_before_reset and s.label != "solved":
+            label += " (solved before a reset)"
+        table.add_row(str(k.number), k.title, k.tier, f"{k.minutes} min", label,
+                      minutes(s.seconds) if s.seconds is not None else "", str(s.hints or ""))
     console.print(table)
     bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
                    console=console)
@@ -388,7 +309,7 @@ def cmd_mock(args) -> int:
         state = load_state()
         box = args.minutes if args.minutes else kata.minutes
         state["round"] = {"kata": kata.number, "started": now(), "minutes": box,
-                          "hints_at_start": progress_of(state, kata)["hints"]}
+                          "hints_at_start": record_of(state, kata)["hints"]}
         save_state(state)
         active = state["round"]
     else:
@@ -470,7 +391,7 @@ def cmd_mock_end(args) -> int:
         fixed = fixed_bugs(kata, bugs, results)
     except UserError as exc:
         checks, fixed = {"passed": 0, "total": 0, "error": str(exc)}, 0
-    hints = progress_of(state, kata)["hints"] - active.get("hints_at_start", 0)
+    hints = record_of(state, kata)["hints"] - active.get("hints_at_start", 0)
     card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
             "ended": now(), "minutes_used": round(spent / 60, 1), "time_box_minutes": active["minutes"],
             "bugs_fixed": fixed, "bugs_planted": len(kata.bugs), "checks": checks, "hints_used": hints,
@@ -545,6 +466,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    notes = logging.getLogger("grpo_katas")
+    if not any(isinstance(h, ConsoleNotes) for h in notes.handlers):
+        notes.addHandler(ConsoleNotes())
     try:
         return COMMANDS[args.command](args)
     except UserError as exc:

@@ -1,0 +1,173 @@
+"""Saved progress: work/state.json and your working copies in work/NN-slug/ (all git-ignored).
+
+    {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "history": [...]}},
+     "round": {...}}                                     (the open mock round, see rounds.py)
+
+Each kata's record holds the hint ladder's rung, when it was started and solved, and the attempts before a reset
+(`history`, records of the same shape). Every write is atomic: a temporary file renamed over the old one. A state
+file that cannot be parsed is set aside and reported (on the logger of this module), never fatal. No function
+here overwrites a working copy without a timestamped backup.
+"""
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from grpo_katas import ROOT, UserError
+
+WORK = ROOT / "work"
+log = logging.getLogger(__name__)
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def shown(path: Path) -> str:
+    """A path as a user would type it: relative to the repository when it lies inside."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+# --- the state file ------------------------------------------------------------------------------------
+
+def load_state() -> dict:
+    path = WORK / "state.json"
+    if not path.exists():
+        return {"katas": {}}
+    try:
+        state = json.loads(path.read_text())
+        if not isinstance(state, dict) or not isinstance(state.get("katas"), dict):
+            raise ValueError("not a state object")
+        return state
+    except (ValueError, UnicodeDecodeError) as exc:
+        aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
+        path.rename(aside)
+        log.warning(f"progress file {path} was unreadable ({exc}); set aside as {aside.name}, starting fresh. "
+                    f"Your work files are untouched.")
+        return {"katas": {}}
+
+
+def save_state(state: dict) -> None:
+    WORK.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=WORK, prefix=".state-", suffix=".json")
+    with os.fdopen(fd, "w") as f:
+        json.dump(state, f, indent=1)
+    os.replace(tmp, WORK / "state.json")
+
+
+def record_of(state: dict, kata) -> dict:
+    """The kata's record in `state`, created empty on first use."""
+    return state["katas"].setdefault(str(kata.number), {"hints": 0})
+
+
+def elapsed(record: dict) -> float:
+    """Seconds since the kata was started (0 when it never was)."""
+    if "started" not in record:
+        return 0.0
+    return (datetime.now(timezone.utc) - datetime.fromisoformat(record["started"])).total_seconds()
+
+
+# --- working copies ------------------------------------------------------------------------------------
+
+def working_copy(kata) -> Path:
+    return WORK / kata.name / "grpo.py"
+
+
+def require_copy(kata) -> Path:
+    path = working_copy(kata)
+    if not path.exists():
+        raise UserError(f"no working copy of kata {kata.number} yet; start it with `make kata N={kata.number}`")
+    return path
+
+
+def start(kata) -> bool:
+    """Create the working copy unless there is one, and note when the kata was started. True if it was there."""
+    path = working_copy(kata)
+    resumed = path.exists()
+    if not resumed:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kata.loop, path)
+    state = load_state()
+    record_of(state, kata).setdefault("started", now())
+    save_state(state)
+    return resumed
+
+
+def reset(kata) -> Path | None:
+    """Back up the working copy (returns the backup, None when there was none), restore the pristine kata and
+    start a fresh record; the old one goes to the record's history."""
+    path = working_copy(kata)
+    backup = None
+    if path.exists():
+        backup = path.parent / "backups" / f"grpo-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.py"
+        backup.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, backup)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(kata.loop, path)
+    state = load_state()
+    old = state["katas"].pop(str(kata.number), None)
+    history = (old or {}).pop("history", []) + ([old] if old else [])
+    state["katas"][str(kata.number)] = {"hints": 0, "started": now(), "history": history}
+    save_state(state)
+    return backup
+
+
+# --- what happens to a kata ----------------------------------------------------------------------------
+
+def solve(kata) -> dict:
+    """Record the kata as solved (once: the first time the checks pass) and return its record."""
+    state = load_state()
+    record = record_of(state, kata)
+    if not record.get("solved"):
+        record["solved"], record["seconds"] = now(), elapsed(record)
+        save_state(state)
+    return record
+
+
+def next_hint(kata) -> int:
+    """Climb one rung of the hint ladder (staying on the last) and return the rung to show, 1-based."""
+    state = load_state()
+    record = record_of(state, kata)
+    level = min(record["hints"] + 1, len(kata.hints))
+    record["hints"] = max(record["hints"], level)
+    save_state(state)
+    return level
+
+
+def reveal(kata, force: bool) -> None:
+    """Allow the solution once the kata is solved; with force before that too, which is recorded."""
+    state = load_state()
+    record = record_of(state, kata)
+    if record.get("solved"):
+        return
+    if not force:
+        raise UserError(f"kata {kata.number} is not solved yet; `make check N={kata.number}` must pass first "
+                        f"(or `make solution N={kata.number} FORCE=1` to reveal it anyway, which is recorded)")
+    record["revealed_unsolved"] = now()
+    save_state(state)
+
+
+@dataclass(frozen=True)
+class Status:
+    """Where a kata stands, for `make list`."""
+    label: str                   # "solved", "in progress" or "not started"
+    seconds: float | None        # time to solve it, or time spent so far; None when not started
+    hints: int                   # rungs of the hint ladder seen
+    solved_before_reset: bool    # an attempt before a reset solved it
+
+
+def status(state: dict, kata) -> Status:
+    record = state["katas"].get(str(kata.number), {})
+    before = any(old.get("solved") for old in record.get("history", []))
+    if record.get("solved"):
+        label, seconds = "solved", record["seconds"]
+    elif working_copy(kata).exists():
+        label, seconds = "in progress", elapsed(record) if "started" in record else None
+    else:
+        label, seconds = "not started", None
+    return Status(label, seconds, record.get("hints", 0), before)

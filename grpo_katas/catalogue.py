@@ -110,6 +110,18 @@ def fail_to_pass(kata: Kata, bugs: dict) -> set:
     return set().union(*(bugs[b].checks for b in kata.bugs))
 
 
+def fixed_bugs(kata, bugs, results) -> int:
+    """How many planted bugs are fixed. A bug is judged by the checks that only it trips among the kata's bugs;
+    where it shares all of them, by the checks of its own component. A check that did not run counts as failing."""
+    count = 0
+    for b in kata.bugs:
+        others = set().union(*(bugs[o].checks for o in kata.bugs if o != b))
+        mine = [c for c in bugs[b].checks if c not in others] or \
+               [c for c in bugs[b].checks if c.split("::")[0] == bugs[b].component]
+        count += all(results.get(c, {"passed": False})["passed"] for c in mine)
+    return count
+
+
 def build(root: Path = KATAS) -> list:
     """Rewrite every kata's loop from the reference and its bugs; returns the katas that changed."""
     bugs, changed = load_bugs(root / "bugs.toml"), []

@@ -39,7 +39,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 
 from grpo_katas import REFERENCE, ROOT, UserError, progress
-from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, load_bugs, load_katas
+from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
 from grpo_katas.progress import WORK, load_state, now, record_of, require_copy, save_state, working_copy
 
 CHECK_TIMEOUT_S = 300
@@ -175,18 +175,6 @@ def check_table(results: dict, title: str) -> Table:
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
         table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0]["message"]) if failed else "")
     return table
-
-
-def fixed_bugs(kata, bugs, results) -> int:
-    """How many planted bugs are fixed. A bug is judged by the checks that only it trips among the kata's bugs;
-    where it shares all of them, by the checks of its own component. A check that did not run counts as failing."""
-    count = 0
-    for b in kata.bugs:
-        others = set().union(*(bugs[o].checks for o in kata.bugs if o != b))
-        mine = [c for c in bugs[b].checks if c not in others] or \
-               [c for c in bugs[b].checks if c.split("::")[0] == bugs[b].component]
-        count += all(results.get(c, {"passed": False})["passed"] for c in mine)
-    return count
 
 
 def cmd_check(args) -> int:

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -38,9 +38,9 @@ from rich.progress import BarColumn, Progress, TextColumn
 from rich.syntax import Syntax
 from rich.table import Table
 
-from grpo_katas import REFERENCE, ROOT, UserError, progress
+from grpo_katas import REFERENCE, ROOT, UserError, progress, rounds
 from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
-from grpo_katas.progress import WORK, load_state, now, record_of, require_copy, save_state, working_copy
+from grpo_katas.progress import load_state, now, require_copy, working_copy
 
 CHECK_TIMEOUT_S = 300
 console = Console(highlight=False)
@@ -276,56 +276,31 @@ def cmd_list(args) -> int:
     return 0
 
 
-RUBRIC = [
-    ("hypothesis", "states what the symptom implies before touching code"),
-    ("reproduction", "makes the symptom show on demand (a run, a print, a tiny test)"),
-    ("root cause", "names the property that is violated, not just the line"),
-    ("fix", "the smallest change that restores the property, and nothing else broken"),
-    ("explanation", "says why it matters for training, with the paper or the common implementations as backup"),
-]
-
-
 def cmd_mock(args) -> int:
     state = load_state()
     active = state.get("round")
     if active and args.n not in (None, "", str(active["kata"])):
         raise UserError(f"a round on kata {active['kata']} is in progress; end it with `make mock-end` first")
     if not active:
-        kata = pick_for_round(state, args)
+        kata = kata_or_fail(args.n) if args.n not in (None, "") else rounds.pick(state, args.tier)
         args.n = str(kata.number)
         cmd_kata(args)
-        state = load_state()
-        box = args.minutes if args.minutes else kata.minutes
-        state["round"] = {"kata": kata.number, "started": now(), "minutes": box,
-                          "hints_at_start": record_of(state, kata)["hints"]}
-        save_state(state)
-        active = state["round"]
+        active = rounds.open_round(kata, args.minutes if args.minutes else kata.minutes)
     else:
         console.print(f"resuming the round on kata {active['kata']}")
     countdown(active)
     return 0
 
 
-def pick_for_round(state, args):
-    if args.n not in (None, ""):
-        return kata_or_fail(args.n)
-    katas = [k for k in load_katas() if (not args.tier or k.tier == args.tier)
-             and not state["katas"].get(str(k.number), {}).get("solved")]
-    if not katas:
-        raise UserError(f"every {args.tier + ' ' if args.tier else ''}kata is solved; name one with N=")
-    return katas[int(time.time()) % len(katas)]
-
-
 def countdown(active) -> None:
     """A live clock with a nudge at half time and at the end, and no cut-off: Ctrl-C leaves the round running."""
     total = float(active["minutes"]) * 60
-    started = datetime.fromisoformat(active["started"])
     said = set()
     console.print("the clock runs until Ctrl-C; the round stays open until `make mock-end`")
     try:
         with Live(console=console, refresh_per_second=2, transient=True) as live:
             while True:
-                spent = (datetime.now(timezone.utc) - started).total_seconds()
+                spent = rounds.seconds_used(active, now())
                 left = total - spent
                 if spent >= total / 2 and "half" not in said:
                     said.add("half")
@@ -352,63 +327,26 @@ def cmd_mock_notes(args) -> int:
     for i, h in enumerate(kata.hints, 1):
         console.print(f"hint {i}: {h}")
     rubric = Table("rubric", "what good looks like", "score 1-4")
-    for name, good in RUBRIC:
+    for name, good in rounds.RUBRIC:
         rubric.add_row(name, good, "")
     console.print(rubric)
     return 0
 
 
-def unique_path(folder: Path, stem: str, suffix: str) -> Path:
-    path, i = folder / f"{stem}{suffix}", 2
-    while path.exists():
-        path, i = folder / f"{stem}-{i}{suffix}", i + 1
-    return path
-
-
 def cmd_mock_end(args) -> int:
-    state = load_state()
-    active = state.get("round")
+    active = load_state().get("round")
     if not active:
         raise UserError("no mock round is in progress; start one with `make mock`")
     kata = kata_or_fail(active["kata"])
-    bugs = load_bugs()
-    spent = (datetime.now(timezone.utc) - datetime.fromisoformat(active["started"])).total_seconds()
+    ended = now()  # the clock stops when the round is ended, not once the checks are done
     try:
-        results = run_checks(require_copy(kata))
-        checks = {"passed": sum(r["passed"] for r in results.values()), "total": len(results), "error": None}
-        fixed = fixed_bugs(kata, bugs, results)
+        results, error = run_checks(require_copy(kata)), None
     except UserError as exc:
-        checks, fixed = {"passed": 0, "total": 0, "error": str(exc)}, 0
-    hints = record_of(state, kata)["hints"] - active.get("hints_at_start", 0)
-    card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
-            "ended": now(), "minutes_used": round(spent / 60, 1), "time_box_minutes": active["minutes"],
-            "bugs_fixed": fixed, "bugs_planted": len(kata.bugs), "checks": checks, "hints_used": hints,
-            "rubric": {name: None for name, _ in RUBRIC}}
-    folder = WORK / "rounds"
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.number:02d}"
-    md = unique_path(folder, stem, ".md")
-    md.with_suffix(".json").write_text(json.dumps(card, indent=1))
-    md.write_text(scorecard_markdown(card))
-    del state["round"]
-    save_state(state)
-    console.print(Markdown(scorecard_markdown(card)))
+        results, error = None, str(exc)
+    card, md = rounds.close_round(kata, results, error, ended)
+    console.print(Markdown(rounds.scorecard_markdown(card)))
     console.print(f"written: {md.relative_to(ROOT)} and {md.with_suffix('.json').relative_to(ROOT)}")
     return 0
-
-
-def scorecard_markdown(card: dict) -> str:
-    c = card["checks"]
-    checks = f"{c['passed']} of {c['total']}" if not c["error"] else f"could not run ({c['error']})"
-    lines = [f"# Mock round: kata {card['kata']}, {card['title']} ({card['tier']})", "",
-             f"- date: {card['started'][:10]}",
-             f"- bugs fixed: {card['bugs_fixed']} of {card['bugs_planted']}",
-             f"- checks passed: {checks}",
-             f"- time used: {card['minutes_used']} min of a {card['time_box_minutes']} min box",
-             f"- hints used: {card['hints_used']}", "",
-             "| rubric | what good looks like | score (1-4) | notes |", "|---|---|---|---|"]
-    lines += [f"| {name} | {good} |  |  |" for name, good in RUBRIC]
-    return "\n".join(lines) + "\n"
 
 
 def cmd_bundle(args) -> int:

@@ -1,0 +1,92 @@
+"""Mock interview rounds: choosing a kata, the open round in work/state.json, the rubric and the scorecard.
+
+    "round": {"kata": 7, "started": ISO, "minutes": 45, "hints_at_start": 0}
+
+A scorecard is written to work/rounds/<date>-<time>-kata-NN.md and .json and never overwrites another.
+The countdown itself is drawn by the CLI.
+"""
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+
+from grpo_katas import UserError
+from grpo_katas.catalogue import fixed_bugs, load_bugs, load_katas
+from grpo_katas.progress import WORK, load_state, now, record_of, save_state
+
+RUBRIC = [
+    ("hypothesis", "states what the symptom implies before touching code"),
+    ("reproduction", "makes the symptom show on demand (a run, a print, a tiny test)"),
+    ("root cause", "names the property that is violated, not just the line"),
+    ("fix", "the smallest change that restores the property, and nothing else broken"),
+    ("explanation", "says why it matters for training, with the paper or the common implementations as backup"),
+]
+
+
+def pick(state: dict, tier: str | None):
+    """A kata of the tier (any tier when None) that is not solved yet; which one depends on the time of day."""
+    katas = [k for k in load_katas() if (not tier or k.tier == tier)
+             and not state["katas"].get(str(k.number), {}).get("solved")]
+    if not katas:
+        raise UserError(f"every {tier + ' ' if tier else ''}kata is solved; name one with N=")
+    return katas[int(time.time()) % len(katas)]
+
+
+def open_round(kata, minutes: float) -> dict:
+    state = load_state()
+    state["round"] = {"kata": kata.number, "started": now(), "minutes": minutes,
+                      "hints_at_start": record_of(state, kata)["hints"]}
+    save_state(state)
+    return state["round"]
+
+
+def seconds_used(active: dict, at: str) -> float:
+    """Seconds on the round's clock at the time `at` (ISO)."""
+    return (datetime.fromisoformat(at) - datetime.fromisoformat(active["started"])).total_seconds()
+
+
+def close_round(kata, results: dict | None, error: str | None, ended: str) -> tuple[dict, Path]:
+    """Write the scorecard of the open round (results from the checks, or the error that stopped them) and close
+    the round. Returns the card and the Markdown file's path."""
+    state = load_state()
+    active = state["round"]
+    if results is not None:
+        checks = {"passed": sum(r["passed"] for r in results.values()), "total": len(results), "error": None}
+        fixed = fixed_bugs(kata, load_bugs(), results)
+    else:
+        checks, fixed = {"passed": 0, "total": 0, "error": error}, 0
+    hints = record_of(state, kata)["hints"] - active.get("hints_at_start", 0)
+    card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
+            "ended": ended, "minutes_used": round(seconds_used(active, ended) / 60, 1),
+            "time_box_minutes": active["minutes"], "bugs_fixed": fixed, "bugs_planted": len(kata.bugs),
+            "checks": checks, "hints_used": hints, "rubric": {name: None for name, _ in RUBRIC}}
+    folder = WORK / "rounds"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.number:02d}"
+    md = unique_path(folder, stem, ".md")
+    md.with_suffix(".json").write_text(json.dumps(card, indent=1))
+    md.write_text(scorecard_markdown(card))
+    del state["round"]
+    save_state(state)
+    return card, md
+
+
+def unique_path(folder: Path, stem: str, suffix: str) -> Path:
+    path, i = folder / f"{stem}{suffix}", 2
+    while path.exists():
+        path, i = folder / f"{stem}-{i}{suffix}", i + 1
+    return path
+
+
+def scorecard_markdown(card: dict) -> str:
+    c = card["checks"]
+    checks = f"{c['passed']} of {c['total']}" if not c["error"] else f"could not run ({c['error']})"
+    lines = [f"# Mock round: kata {card['kata']}, {card['title']} ({card['tier']})", "",
+             f"- date: {card['started'][:10]}",
+             f"- bugs fixed: {card['bugs_fixed']} of {card['bugs_planted']}",
+             f"- checks passed: {checks}",
+             f"- time used: {card['minutes_used']} min of a {card['time_box_minutes']} min box",
+             f"- hints used: {card['hints_used']}", "",
+             "| rubric | what good looks like | score (1-4) | notes |", "|---|---|---|---|"]
+    lines += [f"| {name} | {good} |  |  |" for name, good in RUBRIC]
+    return "\n".join(lines) + "\n"

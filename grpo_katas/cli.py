@@ -18,13 +18,9 @@ kept in work/state.json, written atomically; a corrupt state file is set aside a
 """
 import argparse
 import difflib
-import json
 import logging
-import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
@@ -40,9 +36,9 @@ from rich.table import Table
 
 from grpo_katas import REFERENCE, ROOT, UserError, progress, rounds
 from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
+from grpo_katas.jobs import LoopRun, run_checks
 from grpo_katas.progress import load_state, now, require_copy, working_copy
 
-CHECK_TIMEOUT_S = 300
 console = Console(highlight=False)
 
 
@@ -67,10 +63,6 @@ def kata_or_fail(number):
         raise UserError(f"{kata.loop} is missing; restore it with `git checkout -- {kata.loop.relative_to(ROOT)}` "
                         f"or rebuild the katas with `make katas`")
     return kata
-
-
-def python_env() -> dict:
-    return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
 
 
 def minutes(seconds: float) -> str:
@@ -104,26 +96,16 @@ def cmd_kata(args) -> int:
 def cmd_run(args) -> int:
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
-    cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), "--steps", str(args.steps),
-           "--temperature", str(args.temperature), "--set", *args.set]
+    run = LoopRun(path, ["--steps", str(args.steps), "--temperature", str(args.temperature), "--set", *args.set])
     table = Table("step", "reward", "kl", "loss", "clip", "gnorm", "len", title=f"kata {kata.number}: {path.name}")
     last = None
-    with tempfile.TemporaryFile("w+") as errors, Live(table, console=console, refresh_per_second=8):
-        # stderr goes to a file, so a chatty loop can never fill a pipe and stall
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=errors, text=True)
-        for line in proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue  # the candidate printed something of their own
+    with Live(table, console=console, refresh_per_second=8):
+        for ev in run:
             last = ev
             if ev["event"] == "step":
                 g = ev.get
                 table.add_row(f"{g('step', 0):.0f}", fmt(g("reward_mean")), fmt(g("kl"), 4), fmt(g("loss"), 4),
                               fmt(g("clip_frac"), 2), fmt(g("grad_norm"), 2), fmt(g("completion_len"), 1))
-        proc.wait()
-        errors.seek(0)
-        tail = errors.read().strip().splitlines()[-1:]
     console.print()
     if last and last["event"] == "crash":
         console.print(Panel(escape(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}"),
@@ -133,36 +115,14 @@ def cmd_run(args) -> int:
         console.print(f"[red]cannot run: {escape(last['message'])}[/]")
         return 1
     if not last or last["event"] != "done":
-        console.print(f"[red]the run ended without finishing (exit status {proc.returncode})"
-                      + (f": {escape(tail[0])}" if tail else "") + "[/]")
+        console.print(f"[red]the run ended without finishing (exit status {run.returncode})"
+                      + (f": {escape(run.last_error_line)}" if run.last_error_line else "") + "[/]")
         return 1
     return 0
 
 
 def fmt(v, digits=3) -> str:
     return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
-
-
-def run_checks(path: Path) -> dict:
-    """{check: {passed, message}} for one file, in a fresh process; raises UserError when it cannot be judged."""
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        out = Path(f.name)
-    cmd = [sys.executable, "-m", "grpo_katas.matrix", "--seed", "0", "--out", str(out), str(path)]
-    try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=python_env(), capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT_S)
-        data = json.loads(out.read_text()) if out.stat().st_size else None
-    except subprocess.TimeoutExpired:
-        raise UserError(f"the checks did not finish in {CHECK_TIMEOUT_S} s: does your loop hang?") from None
-    finally:
-        out.unlink(missing_ok=True)
-    text = proc.stdout + proc.stderr
-    if "cannot load the target" in text:
-        line = next(l for l in text.splitlines() if "cannot load the target" in l)
-        raise UserError(line.replace("ERROR: ", "").strip())
-    if data is None or not data["results"] or not data["results"][0]:
-        raise UserError(f"the checks could not run on {path} (exit status {proc.returncode})")
-    return data["results"][0]
 
 
 def check_table(results: dict, title: str) -> Table:

@@ -1,0 +1,67 @@
+"""The practice CLI's child processes: the hidden checks on one file, and a loop file's short training run.
+
+Both run in a fresh interpreter, so a candidate's loop can hang, crash or print anything without taking the CLI
+down with it. Neither draws anything: the CLI renders what they return.
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from grpo_katas import ROOT, UserError
+
+CHECK_TIMEOUT_S = 300
+
+
+def python_env() -> dict:
+    return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
+
+
+def run_checks(path: Path) -> dict:
+    """{check: {passed, message}} for one file, in a fresh process; raises UserError when it cannot be judged."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        out = Path(f.name)
+    cmd = [sys.executable, "-m", "grpo_katas.matrix", "--seed", "0", "--out", str(out), str(path)]
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=python_env(), capture_output=True, text=True,
+                              timeout=CHECK_TIMEOUT_S)
+        data = json.loads(out.read_text()) if out.stat().st_size else None
+    except subprocess.TimeoutExpired:
+        raise UserError(f"the checks did not finish in {CHECK_TIMEOUT_S} s: does your loop hang?") from None
+    finally:
+        out.unlink(missing_ok=True)
+    text = proc.stdout + proc.stderr
+    if "cannot load the target" in text:
+        line = next(l for l in text.splitlines() if "cannot load the target" in l)
+        raise UserError(line.replace("ERROR: ", "").strip())
+    if data is None or not data["results"] or not data["results"][0]:
+        raise UserError(f"the checks could not run on {path} (exit status {proc.returncode})")
+    return data["results"][0]
+
+
+class LoopRun:
+    """A loop file trained by grpo_katas.runner in a fresh process. Iterate it for the runner's events (the
+    lines the loop prints itself are skipped); afterwards `returncode` and `last_error_line` (of its stderr) are set."""
+
+    def __init__(self, path: Path, runner_args: list):
+        self.cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), *runner_args]
+        self.returncode = None
+        self.last_error_line = ""
+
+    def __iter__(self):
+        # stderr goes to a file, so a chatty loop can never fill a pipe and stall
+        with tempfile.TemporaryFile("w+") as errors:
+            proc = subprocess.Popen(self.cmd, cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=errors,
+                                    text=True)
+            for line in proc.stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # the candidate printed something of their own
+                if isinstance(event, dict) and "event" in event:
+                    yield event
+            self.returncode = proc.wait()
+            errors.seek(0)
+            self.last_error_line = next(iter(errors.read().strip().splitlines()[-1:]), "")

@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from grpo_katas.trainer import RunConfig, Trainer, reached
+from grpo_katas.runs import RunConfig, summarize
+from grpo_katas.trainer import Trainer
 from lab import ModelConfig, TinyLM
 
 
@@ -64,12 +65,12 @@ def bench_sampling(t: Trainer, new_tokens=64):
 def bench_time_to_target(device: str, seeds=(0, 1, 2), max_steps=400):
     out = []
     for seed in seeds:
-        t = Trainer(RunConfig(seed=seed, steps=max_steps, device=device), {})
+        t = Trainer(RunConfig(seed=seed, steps=max_steps, device=device))
         history, start, hit = [], time.perf_counter(), None
         while t.step < max_steps and hit is None:
             history.append(t.train_step())
-            hit = reached(history, t.run.target_reward)
-        out.append((seed, hit, time.perf_counter() - start, sum(h["reward_mean"] for h in history[:5]) / 5))
+            hit = summarize(history, target=t.run.target_reward).reached
+        out.append((seed, hit, time.perf_counter() - start, summarize(history).first))
     return out
 
 
@@ -129,15 +130,15 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="auto")
     a = p.parse_args(argv)
     console = Console(highlight=False)
-    t = Trainer(RunConfig(device=a.device), {})
+    t = Trainer(RunConfig(device=a.device))
     console.print(f"device {t.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
     with console.status("sampling"):
         cached, full = bench_sampling(t)
     with console.status("time to reward 0.9"):
         runs = bench_time_to_target(a.device)
     with console.status("per-step breakdown"):
-        parts = bench_breakdown(Trainer(RunConfig(device=a.device), {}))
-        memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device), {}))
+        parts = bench_breakdown(Trainer(RunConfig(device=a.device)))
+        memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device)))
 
     table = Table("measure", "value", title="grpo-katas reference trainer")
     table.add_row("sampling 64 tokens, KV cache", f"{cached:,.0f} tokens/s")

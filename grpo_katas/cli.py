@@ -96,7 +96,7 @@ def cmd_kata(args) -> int:
 def cmd_run(args) -> int:
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
-    run = LoopRun(path, ["--steps", str(args.steps), "--temperature", str(args.temperature), "--set", *args.set])
+    run = LoopRun(path, ["--steps", str(args.steps), "--set", *args.set])
     table = Table("step", "reward", "kl", "loss", "clip", "gnorm", "len", title=f"kata {kata.number}: {path.name}")
     last = None
     with Live(table, console=console, refresh_per_second=8):
@@ -338,7 +338,6 @@ def parser() -> argparse.ArgumentParser:
         if name not in ("list", "mock-end"):
             s.add_argument("n", nargs="?", default=None, help="the kata number")
     sub.choices["run"].add_argument("--steps", type=int, default=30)
-    sub.choices["run"].add_argument("--temperature", type=float, default=1.0)
     sub.choices["run"].add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                                     help="GRPOConfig overrides for the run, e.g. beta=0.5 temperature=0.7")
     sub.choices["watch"].add_argument("--interval", type=float, default=0.5)

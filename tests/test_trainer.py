@@ -7,10 +7,14 @@ import sys
 import pytest
 import torch
 
-from grpo_katas import ROOT
-from grpo_katas.trainer import RunConfig, Trainer, parse_overrides
+from grpo_katas import REFERENCE, ROOT
+from grpo_katas.loader import load_target
+from grpo_katas.runs import RunConfig, drive, parse_overrides, summarize
+from grpo_katas.trainer import Trainer
+from lab import ModelConfig
 
-SMALL = dict(steps=4, batch_size=4, d_model=16, n_layer=1, n_head=2, device="cpu", checkpoint_every=2)
+SMALL = dict(steps=4, batch_size=4, model=ModelConfig(d_model=16, n_layer=1, n_head=2), device="cpu",
+             checkpoint_every=2, grpo={"group_size": 4})
 
 
 def test_overrides_are_typed_and_unknown_keys_rejected():
@@ -31,8 +35,8 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
 
 
 def test_a_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    straight = Trainer(RunConfig(**SMALL), {"group_size": 4}).fit()
-    first = Trainer(RunConfig(**{**SMALL, "steps": 2}), {"group_size": 4}, tmp_path)
+    straight = Trainer(RunConfig(**SMALL)).fit()
+    first = Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path)
     first.fit()
     resumed = Trainer.resume(tmp_path, steps=4)
     assert resumed.step == 2
@@ -45,11 +49,40 @@ def test_a_resumed_run_matches_an_uninterrupted_one(tmp_path):
 
 
 def test_a_checkpoint_is_replaced_atomically(tmp_path):
-    t = Trainer(RunConfig(**SMALL), {"group_size": 4}, tmp_path)
+    t = Trainer(RunConfig(**SMALL), tmp_path)
     t.fit()
     assert (tmp_path / "checkpoint.pt").exists() and not list(tmp_path.glob("*.tmp"))
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert state["step"] == 4 and state["config"]["grpo"]["group_size"] == 4
+
+
+def test_the_trainer_takes_the_same_steps_as_the_references_own_train():
+    """make train (resumable steps) and make run's reference curve (the file's train() through runs.drive)."""
+    run = RunConfig(**SMALL)
+    trainer = Trainer(run).fit()
+    driven = drive(load_target(REFERENCE), run)
+    for a, b in zip(trainer, driven, strict=True):
+        assert a["step"] == b["step"] and a["reward_mean"] == b["reward_mean"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6) and a["kl"] == pytest.approx(b["kl"], abs=1e-6)
+
+
+def test_drive_takes_a_train_with_or_without_a_log_callback():
+    class Quiet:  # a loop whose train only returns its list
+        GRPOConfig = load_target(REFERENCE).GRPOConfig
+
+        @staticmethod
+        def train(policy, task, cfg, *, steps, batch_size, seed):
+            return [{"reward_mean": 0.5, "kl": 0.0, "loss": 1.0} for _ in range(steps)]
+    seen = []
+    history = drive(Quiet, RunConfig(**SMALL), seen.append)
+    assert [h["step"] for h in history] == [1, 2, 3, 4] and seen == history and all(h["seconds"] >= 0 for h in seen)
+
+
+def test_summarize_gives_window_means_and_the_step_a_target_is_reached():
+    history = [{"step": i, "reward_mean": r} for i, r in enumerate([0.0, 0.2, 0.4, 1.0, 1.0, 1.0], 1)]
+    s = summarize(history, target=0.8, window=2)
+    assert (s.first, s.last, s.reached) == (pytest.approx(0.1), 1.0, 5)
+    assert summarize(history[:1]).first == 0.0 and summarize(history, target=2.0).reached is None
 
 
 def test_two_steps_from_the_command_line(tmp_path):

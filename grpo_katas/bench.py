@@ -127,7 +127,8 @@ def main(argv=None) -> int:
     from rich.table import Table
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="auto")
+    p.add_argument("--device", default="auto",
+                   help="auto (CUDA when there is one), cpu or cuda: measure the device you will train on")
     a = p.parse_args(argv)
     console = Console(highlight=False)
     t = Trainer(RunConfig(device=a.device))

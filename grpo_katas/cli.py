@@ -1,20 +1,9 @@
-"""The practice CLI: `python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends.
+"""The practice CLI: debug a broken GRPO loop, check your fix, track your progress, run mock interview rounds.
 
-    kata N       show the brief; create (or resume) your working copy in work/NN-slug/grpo.py
-    run N        train your copy briefly with a live display of step, reward, KL and loss
-    check N      run the hidden checks on your copy: a table by component and how many bugs are fixed
-    watch N      rerun check whenever your copy is saved (Ctrl-C to stop)
-    hint N       the next step of the hint ladder, one at a time
-    solution N   once solved (or with --force, recorded): the diff to the reference, one explanation per bug
-    reset N      back up your copy, then restore the pristine kata (asks first; --yes for scripts)
-    list         every kata with tier, time box and status
-    mock [N]     a mock interview round: a kata you have not solved (or N), its brief and a visible countdown
-    mock-notes N the interviewer's sheet: the planted bugs, the hint ladder and the rubric
-    mock-end     end the round: a scorecard in Markdown and JSON in work/rounds/, never overwriting one
-    bundle N OUT what a candidate gets for a live round: the loop, its brief and the lab, nothing else
-
-Your work lives in work/ (git-ignored). No command overwrites it without a timestamped backup, and progress is
-kept in work/state.json, written atomically; a corrupt state file is set aside and reported, never fatal.
+`python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends; COMMANDS below lists each
+command with what it does and why one would use it (`--help` shows the same). This module parses and draws;
+progress.py keeps your progress, rounds.py the mock rounds, jobs.py runs the checks and loops in child processes.
+Your work lives in work/ (git-ignored) and is never overwritten without a timestamped backup.
 """
 import argparse
 import difflib
@@ -325,27 +314,68 @@ def cmd_bundle(args) -> int:
     return 0
 
 
-COMMANDS = {"kata": cmd_kata, "run": cmd_run, "check": cmd_check, "watch": cmd_watch, "hint": cmd_hint,
-            "solution": cmd_solution, "reset": cmd_reset, "list": cmd_list, "mock": cmd_mock,
-            "mock-notes": cmd_mock_notes, "mock-end": cmd_mock_end, "bundle": cmd_bundle}
+# name: (function, what it does, why one would use it). The first part is the line in `--help`'s list; both
+# make up the command's own `--help`.
+COMMANDS = {
+    "kata": (cmd_kata, "show a kata's brief and start (or resume) your working copy in work/NN-slug/grpo.py",
+             "The first command for any kata. It copies the broken loop to the file you edit; run again, it "
+             "shows the brief and leaves your copy as it is."),
+    "run": (cmd_run, "train your copy briefly with a live table of its metrics",
+            "To see the symptom before reading code, and to see it go after a fix."),
+    "check": (cmd_check, "run the hidden checks on your copy: a table by component and how many bugs are fixed",
+              "The verdict: the checks judge what your functions do, never how they are written; all passing "
+              "is solved."),
+    "watch": (cmd_watch, "rerun the checks each time your copy is saved (Ctrl-C to stop)",
+              "For an edit, save, look loop while you work on a fix."),
+    "hint": (cmd_hint, "the next rung of the kata's hint ladder, remembered",
+             "When stuck: each rung says a little more than the last. Hints taken before solving are counted."),
+    "solution": (cmd_solution, "the diff from the kata to the reference and why each planted bug matters",
+                 "After solving, to compare your fix with the reference and read what each bug does to training. "
+                 "Before solving only with --force, which is recorded and shown by list."),
+    "reset": (cmd_reset, "back up your copy to work/NN-slug/backups/ and restore the pristine kata",
+              "To start a kata over; the old attempt is kept in your progress (list still counts it solved)."),
+    "list": (cmd_list, "every kata with its tier, time box and your status",
+             "To choose what to practise next and see how far you are."),
+    "mock": (cmd_mock, "a timed mock interview round: a kata you have not solved (or N), its brief and a countdown",
+             "Practice under a clock. Ctrl-C stops the clock, not the round; mock again restarts the clock; "
+             "mock-end scores the round."),
+    "mock-notes": (cmd_mock_notes, "the interviewer's sheet: the planted bugs, the hint ladder and the rubric",
+                   "For whoever runs a round: what to look for and how to score it. It gives the answers away."),
+    "mock-end": (cmd_mock_end, "end the round: run the checks and write a scorecard to work/rounds/",
+                 "Closes the round with the time on its clock, bugs fixed, hints taken, and a rubric to fill in."),
+    "bundle": (cmd_bundle, "write what a candidate gets for a live round: the loop, its brief and lab/, nothing else",
+               "To hand a kata to someone without the checks, the reference or the catalogue."),
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="grpo-katas", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        s = sub.add_parser(name)
+    p = argparse.ArgumentParser(prog="python -m grpo_katas.cli", description=__doc__.split("\n\n")[0],
+                                epilog="`python -m grpo_katas.cli COMMAND --help` says more about one command.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, what, why) in COMMANDS.items():
+        s = sub.add_parser(name, help=what, description=f"{what}. {why}")
         if name not in ("list", "mock-end"):
-            s.add_argument("n", nargs="?", default=None, help="the kata number")
-    sub.choices["run"].add_argument("--steps", type=int, default=30)
-    sub.choices["run"].add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                                    help="GRPOConfig overrides for the run, e.g. beta=0.5 temperature=0.7")
-    sub.choices["watch"].add_argument("--interval", type=float, default=0.5)
-    sub.choices["solution"].add_argument("--force", action="store_true", help="reveal before solving (recorded)")
-    sub.choices["reset"].add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    sub.choices["mock"].add_argument("--tier", choices=["warm-up", "practice", "interview"], default=None)
-    sub.choices["mock"].add_argument("--minutes", type=float, default=None, help="the time box (default: the kata's)")
-    sub.choices["bundle"].add_argument("out", help="a new folder for the bundle")
+            s.add_argument("n", nargs="?", default=None, metavar="N",
+                           help="the kata number (make ... N=3); `make list` shows them all")
+    run = sub.choices["run"]
+    run.add_argument("--steps", type=int, default=30,
+                     help="training steps (default 30, a few seconds on a CPU); more to see a slow drift such as "
+                          "a creeping KL")
+    run.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                     help="GRPOConfig overrides, e.g. beta=0.5 temperature=0.7: some symptoms show only away from "
+                          "the defaults (a brief says which)")
+    sub.choices["watch"].add_argument("--interval", type=float, default=0.5,
+                                      help="seconds between looks at the file (default 0.5)")
+    sub.choices["solution"].add_argument("--force", action="store_true",
+                                         help="reveal before solving; recorded, and shown by list")
+    sub.choices["reset"].add_argument("--yes", action="store_true",
+                                      help="do not ask for confirmation (for scripts; make reset N=.. YES=1)")
+    sub.choices["mock"].add_argument("--tier", choices=["warm-up", "practice", "interview"], default=None,
+                                     help="choose among this tier's katas: warm-up ones take 10-15 minutes, "
+                                          "interview ones are full 45-50 minute rounds")
+    sub.choices["mock"].add_argument("--minutes", type=float, default=None,
+                                     help="the time box (default: the kata's own); shorter for more pressure")
+    sub.choices["bundle"].add_argument("out", metavar="OUT", help="a new (or empty) folder for the bundle")
     return p
 
 
@@ -355,7 +385,7 @@ def main(argv=None) -> int:
     if not any(isinstance(h, ConsoleNotes) for h in notes.handlers):
         notes.addHandler(ConsoleNotes())
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command][0](args)
     except UserError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2

@@ -112,7 +112,8 @@ def throughput(device, small) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", default="cuda",
+                   help="the device to prove (default cuda); cpu only with --small, to smoke-test this script")
     p.add_argument("--small", action="store_true", help="tiny sizes, for a smoke test of this script")
     a = p.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():

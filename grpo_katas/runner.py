@@ -47,11 +47,13 @@ def crash_site(exc: BaseException, path: Path) -> tuple:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="run a GRPO loop briefly and stream its stats")
-    parser.add_argument("file")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
+    parser.add_argument("file", help="a loop file implementing the contract (a kata, your copy, the reference)")
+    parser.add_argument("--steps", type=int, default=30, help="training steps (default 30: a few seconds)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model, prompts and sampling (default 0)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu (default: the lab model is too small for a GPU to help), cuda or auto")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="GRPOConfig overrides on top of the practice defaults, typed by the file's GRPOConfig")
     args = parser.parse_args(argv)
     path = Path(args.file).resolve()
     try:

@@ -31,7 +31,7 @@ PRACTICE_GRPO = {
 
 # Help for the lab model's fields that the trainer exposes as flags (ModelConfig itself lives in lab/).
 MODEL_HELP = {
-    "d_model": "model width (default 64): 512 for a GPU-sized run; wider learns the toy tasks no faster",
+    "d_model": "model width (default 64): raise it (512, as make gpu-check does) to give a GPU real work",
     "n_layer": "model depth (default 2): 8 for a GPU-sized run",
     "n_head": "attention heads (default 4); must divide --d-model",
 }

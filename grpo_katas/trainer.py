@@ -24,7 +24,8 @@ import torch
 
 from grpo_katas import REFERENCE
 from grpo_katas.loader import load_target
-from grpo_katas.runs import MODEL_HELP, RunConfig, build, grpo_config, parse_overrides, resolve_device, summarize
+from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, RunConfig, build, grpo_config, parse_overrides,
+                             resolve_device, summarize)
 from lab import ModelConfig
 
 
@@ -147,11 +148,10 @@ def plot(history: list, path: Path) -> bool:
     return True
 
 
-def main(argv=None) -> int:
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    p = argparse.ArgumentParser(description="train the reference GRPO loop on a lab task")
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m grpo_katas.trainer",
+                                description="train the reference GRPO loop on a lab task, with a live display")
+    practice = " ".join(f"{k}={v}" for k, v in PRACTICE_GRPO.items())
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.name in ("model", "grpo"):
@@ -163,10 +163,22 @@ def main(argv=None) -> int:
     for name, text in MODEL_HELP.items():
         p.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=text)
     p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="GRPOConfig overrides, e.g. beta=0.1 lr=3e-3 (unknown keys are rejected)")
-    p.add_argument("--out", type=Path, default=None, help="folder for config, metrics, curve and checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue from --out's checkpoint")
-    a = p.parse_args(argv)
+                   help=f"GRPOConfig overrides on top of the practice defaults ({practice}), e.g. beta=0.1 "
+                        "lr=3e-3: to see what a setting does to the curves; unknown keys are rejected")
+    p.add_argument("--out", type=Path, default=None,
+                   help="a folder for config.json, metrics.jsonl, curve.png and checkpoint.pt: give one to keep a "
+                        "run, plot it later or resume it")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out exactly where its checkpoint left it (--steps sets a new "
+                        "target): after a crash, or to train longer")
+    return p
+
+
+def main(argv=None) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    a = parser().parse_args(argv)
     console = Console(highlight=False)
     try:
         if a.resume:

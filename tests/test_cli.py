@@ -1,10 +1,12 @@
 """The practice CLI, driven in subprocesses on a temporary copy of the repository. Run: pytest tests/test_cli.py"""
+import argparse
 import shutil
 import subprocess
 import sys
 
 import pytest
 
+from grpo_katas import ROOT
 from tests.cli_helpers import ENV, cli, copy_of, state
 
 
@@ -129,3 +131,16 @@ def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
                                              '    raise ValueError("bad [/shape] in [grpo_x]")\n    """Reference = frozen deepcopy'))
     code, out = cli(repo, "run", "2", "--steps", "1")
     assert code == 1 and "bad [/shape] in [grpo_x]" in out
+
+
+def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_target():
+    from grpo_katas import cli as practice, trainer
+    code, out = cli(ROOT, "--help")
+    assert code == 0 and all(name in out for name in practice.COMMANDS)
+    sub = next(a for a in practice.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        assert len(command.description) > 60 and all(a.help for a in command._actions), name
+    assert all(len(a.help) > 20 for a in trainer.parser()._actions), "a trainer flag without help"
+    make = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    phony = next(l for l in (ROOT / "Makefile").read_text().splitlines() if l.startswith(".PHONY:")).split()[1:]
+    assert [t for t in phony if t != "help" and f"make {t}" not in make] == []

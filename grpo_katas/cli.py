@@ -83,8 +83,14 @@ def cmd_kata(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from grpo_katas.runs import ConfigError, RunConfig  # imports torch: only this command needs it
+
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
+    try:
+        RunConfig(steps=args.steps)
+    except ConfigError as exc:
+        raise UserError(f"--steps (STEPS=) {exc.problem}") from None
     run = LoopRun(path, ["--steps", str(args.steps), "--set", *args.set])
     table = Table("step", "reward", "kl", "loss", "clip", "gnorm", "len", title=f"kata {kata.number}: {path.name}")
     last = None

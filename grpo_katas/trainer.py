@@ -24,7 +24,7 @@ import torch
 
 from grpo_katas import REFERENCE
 from grpo_katas.loader import load_target
-from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, RunConfig, build, grpo_config, parse_overrides,
+from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, grpo_config, parse_overrides,
                              resolve_device, summarize)
 from lab import ModelConfig
 
@@ -96,7 +96,8 @@ class Trainer:
     def resume(cls, out: Path, steps: int | None = None) -> "Trainer":
         state = torch.load(out / "checkpoint.pt", weights_only=False)
         saved = state["config"]
-        run = RunConfig.from_dict({**saved["run"], "grpo": saved["grpo"], **({"steps": steps} if steps else {})})
+        run = RunConfig.from_dict({**saved["run"], "grpo": saved["grpo"],
+                                   **({"steps": steps} if steps is not None else {})})
         trainer = cls(run, out)
         trainer.load(state)
         keep_metrics(out / "metrics.jsonl", trainer.step)
@@ -157,7 +158,7 @@ def parser() -> argparse.ArgumentParser:
         if f.name in ("model", "grpo"):
             continue
         if f.type in (bool, "bool"):
-            p.add_argument(flag, action="store_true", help=f.metadata["help"])
+            p.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
         else:
             p.add_argument(flag, type=type(f.default), default=None, help=f.metadata["help"])
     for name, text in MODEL_HELP.items():
@@ -174,8 +175,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def flag_error(exc: ConfigError) -> str:
+    """A setting's error in the words of the flag that sets it: `--steps must be at least 1, got -5`."""
+    if exc.setting in {f.name for f in dataclasses.fields(RunConfig)} - {"model", "grpo"}:
+        return f"--{exc.setting.replace('_', '-')} {exc.problem}"
+    return str(exc)
+
+
 def main(argv=None) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     a = parser().parse_args(argv)
@@ -188,13 +197,16 @@ def main(argv=None) -> int:
             console.print(f"resuming {a.out} at step {trainer.step} of {trainer.run.steps}")
         else:
             given = {f.name: getattr(a, f.name) for f in dataclasses.fields(RunConfig)
-                     if f.name not in ("model", "grpo") and getattr(a, f.name) not in (None, False)}
-            model = {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) not in (None, False)}
+                     if f.name not in ("model", "grpo") and getattr(a, f.name) is not None}
+            model = {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) is not None}
             grpo = parse_overrides(a.set, load_target(REFERENCE).GRPOConfig)
             run = RunConfig(**given, model=ModelConfig(**model), grpo=grpo)
             trainer = Trainer(run, a.out)
+    except ConfigError as exc:
+        console.print(f"[red]error:[/] {escape(flag_error(exc))}")
+        return 2
     except (ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     run = trainer.run
     console.print(f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "

@@ -144,3 +144,10 @@ def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_targ
     make = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
     phony = next(l for l in (ROOT / "Makefile").read_text().splitlines() if l.startswith(".PHONY:")).split()[1:]
     assert [t for t in phony if t != "help" and f"make {t}" not in make] == []
+
+
+@pytest.mark.parametrize("steps", ["0", "-5"])
+def test_run_refuses_a_step_count_below_one(repo, steps):
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", steps)
+    assert code == 2 and out.strip() == f"error: --steps (STEPS=) must be at least 1, got {steps}"

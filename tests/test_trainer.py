@@ -12,6 +12,7 @@ from grpo_katas.loader import load_target
 from grpo_katas.runs import RunConfig, drive, parse_overrides, summarize
 from grpo_katas.trainer import Trainer
 from lab import ModelConfig
+from tests.cli_helpers import ENV
 
 SMALL = dict(steps=4, batch_size=4, model=ModelConfig(d_model=16, n_layer=1, n_head=2), device="cpu",
              checkpoint_every=2, grpo={"group_size": 4})
@@ -102,3 +103,11 @@ def test_the_gpu_check_script_runs_its_cpu_smoke_test():
     r = subprocess.run([sys.executable, "-m", "grpo_katas.gpu_check", "--device", "cpu", "--small"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "gpu-check passed" in r.stdout and "FAIL" not in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("steps", ["0", "-5"])
+def test_a_step_count_below_one_is_refused_in_one_line(steps):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--steps", steps], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=ENV)
+    assert r.returncode == 2 and (r.stdout + r.stderr).strip() == f"error: --steps must be at least 1, got {steps}"
+

@@ -94,8 +94,13 @@ class Trainer:
 
     @classmethod
     def resume(cls, out: Path, steps: int | None = None) -> "Trainer":
-        state = torch.load(out / "checkpoint.pt", weights_only=False)
-        saved = state["config"]
+        path = out / "checkpoint.pt"
+        try:
+            state = torch.load(path, weights_only=False)
+            saved = state["config"]
+        except Exception as exc:  # torch says "PytorchStreamReader failed ..." and the like; say what to do
+            raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated; "
+                             f"delete it to start the run afresh, or resume from a copy of a good one") from None
         run = RunConfig.from_dict({**saved["run"], "grpo": saved["grpo"],
                                    **({"steps": steps} if steps is not None else {})})
         trainer = cls(run, out)

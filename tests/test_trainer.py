@@ -111,3 +111,12 @@ def test_a_step_count_below_one_is_refused_in_one_line(steps):
                        text=True, timeout=120, env=ENV)
     assert r.returncode == 2 and (r.stdout + r.stderr).strip() == f"error: --steps must be at least 1, got {steps}"
 
+
+def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
+    Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path).fit()
+    ckpt = tmp_path / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--out", str(tmp_path), "--resume"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "300"})
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "delete it" in out, out

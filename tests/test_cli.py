@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from grpo_katas import ROOT
-from tests.cli_helpers import ENV, cli, copy_of, state
+from tests.cli_helpers import ENV, cli, copy_of, fake_venv, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -151,3 +151,9 @@ def test_run_refuses_a_step_count_below_one(repo, steps):
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", steps)
     assert code == 2 and out.strip() == f"error: --steps (STEPS=) must be at least 1, got {steps}"
+
+
+def test_make_check_with_an_empty_n_says_which_kata_instead_of_checking_the_reference(repo):
+    fake_venv(repo)
+    r = subprocess.run(["make", "check", "N="], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode == 2 and "which kata?" in r.stdout and "passed" not in r.stdout, r.stdout + r.stderr

@@ -72,8 +72,8 @@ def cmd_kata(args) -> int:
         note = f"Resuming your working copy (left as it is): {path.relative_to(ROOT)}"
     else:
         note = f"Your working copy: {path.relative_to(ROOT)}"
-    body = (f"[bold]{kata.title}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
-            f"bugs: {len(kata.bugs)}\n\n{scenario(kata)}\n\n"
+    body = (f"[bold]{escape(kata.title)}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
+            f"bugs: {len(kata.bugs)}\n\n{escape(scenario(kata))}\n\n"
             f"{note}\n"
             f"See the symptom:  make run N={kata.number}\n"
             f"Check your fix:   make check N={kata.number}   (or make watch N={kata.number})\n"
@@ -172,7 +172,7 @@ def cmd_hint(args) -> int:
     kata = kata_or_fail(args.n)
     level = progress.next_hint(kata)
     tail = "" if level < len(kata.hints) else " (the last one)"
-    console.print(Panel(kata.hints[level - 1], title=f"hint {level} of {len(kata.hints)}{tail}", expand=False))
+    console.print(Panel(escape(kata.hints[level - 1]), title=f"hint {level} of {len(kata.hints)}{tail}", expand=False))
     return 0
 
 
@@ -185,8 +185,8 @@ def cmd_solution(args) -> int:
     console.print(Syntax("\n".join(diff), "diff", theme="ansi_dark", word_wrap=True))
     for b in kata.bugs:
         bug = bugs[b]
-        thread = f"\n[dim]seen in: {bug.thread}[/]" if bug.thread else ""
-        console.print(Panel(f"{bug.what}\n\n[italic]symptom:[/] {bug.symptom}{thread}",
+        thread = f"\n[dim]seen in: {escape(bug.thread)}[/]" if bug.thread else ""
+        console.print(Panel(f"{escape(bug.what)}\n\n[italic]symptom:[/] {escape(bug.symptom)}{thread}",
                             title=f"{bug.id} ({bug.component})", expand=False))
     return 0
 
@@ -220,7 +220,7 @@ def cmd_list(args) -> int:
         label = f"[{colour[s.label]}]{s.label}[/]"
         if s.solved_before_reset and s.label != "solved":
             label += " (solved before a reset)"
-        table.add_row(str(k.number), k.title, k.tier, f"{k.minutes} min", label,
+        table.add_row(str(k.number), escape(k.title), k.tier, f"{k.minutes} min", label,
                       minutes(s.seconds) if s.seconds is not None else "", str(s.hints or ""))
     console.print(table)
     bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
@@ -273,14 +273,14 @@ def countdown(active) -> None:
 def cmd_mock_notes(args) -> int:
     kata = kata_or_fail(args.n)
     bugs = load_bugs()
-    console.print(Panel(f"[bold]{kata.title}[/]  {kata.tier}, {kata.minutes} min, {len(kata.bugs)} bug(s)",
+    console.print(Panel(f"[bold]{escape(kata.title)}[/]  {kata.tier}, {kata.minutes} min, {len(kata.bugs)} bug(s)",
                         title=f"interviewer's sheet: kata {kata.number}", expand=False))
     table = Table("bug", "component", "what is wrong", "symptom")
     for b in kata.bugs:
-        table.add_row(b, bugs[b].component, bugs[b].what, bugs[b].symptom)
+        table.add_row(b, bugs[b].component, escape(bugs[b].what), escape(bugs[b].symptom))
     console.print(table)
     for i, h in enumerate(kata.hints, 1):
-        console.print(f"hint {i}: {h}")
+        console.print(f"hint {i}: {escape(h)}")
     rubric = Table("rubric", "what good looks like", "score 1-4")
     for name, good in rounds.RUBRIC:
         rubric.add_row(name, good, "")

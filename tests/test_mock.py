@@ -67,3 +67,11 @@ def test_the_bundle_runs_on_its_own_and_holds_no_answers(repo, tmp_path):
                          timeout=300)
     assert run.returncode == 0 and "step  40 | reward" in run.stdout
     assert cli(repo, "bundle", "7", str(out_dir))[0] == 2  # never overwrites
+
+
+def test_catalogue_text_in_brackets_is_shown_as_written(repo):
+    tiled = "[p1, p2, p1, p2]"  # sampling-tiled-groups' text, planted in kata 14
+    code, out = cli(repo, "mock-notes", "14")
+    assert code == 0 and tiled in out
+    code, out = cli(repo, "solution", "14", "--force")
+    assert code == 0 and tiled in out

@@ -8,7 +8,6 @@ Your work lives in work/ (git-ignored) and is never overwritten without a timest
 import argparse
 import difflib
 import logging
-import shutil
 import sys
 import time
 from datetime import datetime
@@ -306,16 +305,7 @@ def cmd_mock_end(args) -> int:
 
 def cmd_bundle(args) -> int:
     kata = kata_or_fail(args.n)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} exists and is not empty; choose a new folder (nothing was overwritten)")
-    (out / "lab").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kata.loop, out / "grpo.py")
-    brief = kata.brief.strip().split("\n\n")[:-1]
-    (out / "BRIEF.md").write_text("\n\n".join(brief) + "\n\nRun it: `python grpo.py` (needs torch; a few seconds on a CPU).\n")
-    for f in (ROOT / "lab").glob("*.py"):
-        shutil.copyfile(f, out / "lab" / f.name)
-    (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: `pip install torch && python grpo.py`\n")
+    out = rounds.write_bundle(kata, Path(args.out))
     console.print(f"bundle for kata {kata.number} written to {out}: grpo.py, BRIEF.md, README.md, lab/")
     return 0
 

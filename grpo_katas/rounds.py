@@ -1,4 +1,5 @@
-"""Mock interview rounds: choosing a kata, the open round in work/state.json, the rubric and the scorecard.
+"""Mock interview rounds: choosing a kata, the open round in work/state.json, the rubric, the scorecard, and the
+bundle a candidate gets for a live round.
 
     "round": {"kata": 7, "started": ISO, "minutes": 45, "hints_at_start": 0}
 
@@ -6,11 +7,12 @@ A scorecard is written to work/rounds/<date>-<time>-kata-NN.md and .json and nev
 The countdown itself is drawn by the CLI.
 """
 import json
+import shutil
 import time
 from datetime import datetime
 from pathlib import Path
 
-from grpo_katas import UserError
+from grpo_katas import ROOT, UserError
 from grpo_katas.catalogue import fixed_bugs, load_bugs, load_katas
 from grpo_katas.progress import WORK, load_state, now, record_of, save_state
 
@@ -90,3 +92,23 @@ def scorecard_markdown(card: dict) -> str:
              "| rubric | what good looks like | score (1-4) | notes |", "|---|---|---|---|"]
     lines += [f"| {name} | {good} |  |  |" for name, good in RUBRIC]
     return "\n".join(lines) + "\n"
+
+
+def write_bundle(kata, out: Path) -> Path:
+    """What a candidate gets for a live round, in the new (or empty) folder `out`: the loop, its brief without
+    the practice commands, lab/ and a README; never the checks, the reference or the catalogue."""
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise UserError(f"{out} exists and is not an empty folder; choose a new one (nothing was overwritten)")
+        (out / "lab").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kata.loop, out / "grpo.py")
+        brief = kata.brief.strip().split("\n\n")[:-1]
+        (out / "BRIEF.md").write_text("\n\n".join(brief)
+                                      + "\n\nRun it: `python grpo.py` (needs torch; a few seconds on a CPU).\n")
+        for f in (ROOT / "lab").glob("*.py"):
+            shutil.copyfile(f, out / "lab" / f.name)
+        (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: `pip install torch && python grpo.py`\n")
+    except OSError as exc:
+        raise UserError(f"cannot write the bundle to {out}: {exc.strerror or exc} ({exc.filename}); "
+                        f"choose a folder you can write to") from None
+    return out

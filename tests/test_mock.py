@@ -1,9 +1,12 @@
 """Mock rounds, the interviewer's sheet, scorecards and the candidate bundle. Run: pytest tests/test_mock.py"""
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+
+import pytest
 
 from grpo_katas.catalogue import find_kata
 from tests.cli_helpers import ENV, cli
@@ -75,3 +78,20 @@ def test_catalogue_text_in_brackets_is_shown_as_written(repo):
     assert code == 0 and tiled in out
     code, out = cli(repo, "solution", "14", "--force")
     assert code == 0 and tiled in out
+
+
+def test_a_bundle_folder_that_cannot_be_written_is_one_line(repo, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, out = cli(repo, "bundle", "7", str(blocker / "bundle"))  # a folder inside a file: never writable
+    assert code == 2 and out.startswith("error: cannot write the bundle") and "Not a directory" in out
+    code, out = cli(repo, "bundle", "7", str(blocker))
+    assert code == 2 and "not an empty folder" in out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    code, out = cli(repo, "bundle", "7", str(locked / "bundle"))
+    assert code == 2 and "cannot write the bundle" in out and "Permission denied" in out

@@ -35,29 +35,79 @@ def shown(path: Path) -> str:
 
 # --- the state file ------------------------------------------------------------------------------------
 
+# The types of the fields this version reads; other fields are kept as they are.
+RECORD_FIELDS = {"hints": int, "started": str, "solved": str, "seconds": (int, float), "revealed_unsolved": str,
+                 "history": list}
+ROUND_FIELDS = {"kata": int, "started": str, "minutes": (int, float), "hints_at_start": int}
+
+
+def check_shape(state) -> None:
+    """Raise ValueError naming the first part of `state` that is not what this version writes."""
+    if not isinstance(state, dict) or not isinstance(state.get("katas"), dict):
+        raise ValueError("not an object with a \"katas\" object")
+
+    def fields(obj, spec, where, required=()):
+        if not isinstance(obj, dict):
+            raise ValueError(f"{where} is a {type(obj).__name__}, not an object")
+        for name in required:
+            if name not in obj:
+                raise ValueError(f"{where} has no {name}")
+        for name, kind in spec.items():
+            if name in obj and (not isinstance(obj[name], kind) or isinstance(obj[name], bool)):
+                raise ValueError(f"{where}.{name} is {obj[name]!r}")
+
+    for n, record in state["katas"].items():
+        fields(record, RECORD_FIELDS, f"katas.{n}", required=("hints",))
+        for i, old in enumerate(record.get("history", [])):
+            fields(old, RECORD_FIELDS, f"katas.{n}.history[{i}]")
+    if "round" in state:
+        fields(state["round"], ROUND_FIELDS, "round", required=("kata", "started", "minutes"))
+
+
 def load_state() -> dict:
+    """The saved progress. A file that cannot be parsed, or whose shape is not this version's, is set aside as
+    state.json.corrupt-<time> (and reported) and progress starts afresh: the work files are never touched."""
     path = WORK / "state.json"
     if not path.exists():
         return {"katas": {}}
     try:
-        state = json.loads(path.read_text())
-        if not isinstance(state, dict) or not isinstance(state.get("katas"), dict):
-            raise ValueError("not a state object")
+        state = json.loads(path.read_bytes())
+        check_shape(state)
         return state
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # UnicodeDecodeError and json's errors are ValueErrors too
         aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
-        path.rename(aside)
-        log.warning(f"progress file {path} was unreadable ({exc}); set aside as {aside.name}, starting fresh. "
-                    f"Your work files are untouched.")
+        try:
+            path.rename(aside)
+        except OSError as err:
+            raise UserError(f"progress file {shown(path)} is unreadable ({exc}) and cannot be set aside "
+                            f"({err.strerror}); move it away yourself") from None
+        log.warning(f"progress file {shown(path)} was unreadable ({exc}); set aside as {aside.name}, starting "
+                    f"fresh. Your work files are untouched.")
         return {"katas": {}}
+    except OSError as exc:
+        raise UserError(f"cannot read your progress file {shown(path)}: {exc.strerror}") from None
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    """Write JSON to a temporary file beside `path`, then rename it over `path`: a reader sees the old file or
+    the new one, never half of one. On failure the temporary file is removed and the error raised."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}-", suffix=".json")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def save_state(state: dict) -> None:
-    WORK.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=WORK, prefix=".state-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, WORK / "state.json")
+    try:
+        write_json_atomic(WORK / "state.json", state)
+    except OSError as exc:
+        raise UserError(f"cannot save your progress to {shown(WORK / 'state.json')}: {exc.strerror or exc}; "
+                        f"the file is as it was, and your work files are untouched") from None
 
 
 def record_of(state: dict, kata) -> dict:

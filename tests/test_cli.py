@@ -157,3 +157,27 @@ def test_make_check_with_an_empty_n_says_which_kata_instead_of_checking_the_refe
     fake_venv(repo)
     r = subprocess.run(["make", "check", "N="], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
     assert r.returncode == 2 and "which kata?" in r.stdout and "passed" not in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("text", ['{"katas": {"1": []}}', '{"katas": {"1": {"hints": "two"}}}',
+                                  '{"katas": {}, "round": {"kata": 7}}', '[1, 2]'])
+def test_a_state_file_of_the_wrong_shape_is_set_aside(repo, text):
+    cli(repo, "kata", "1")
+    (repo / "work" / "state.json").write_text(text)
+    code, out = cli(repo, "list")
+    assert code == 0 and "set aside" in out and "not started" in out
+    assert [p.read_text() for p in (repo / "work").glob("state.json.corrupt-*")] == [text]
+
+
+def test_a_state_file_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(repo):
+    import resource
+    cli(repo, "kata", "1")
+    before = (repo / "work" / "state.json").read_text()
+
+    def small_files():  # every write past 40 bytes fails (EFBIG), as on a full disk; stdout is a pipe
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "hint", "1"], cwd=repo, capture_output=True,
+                       text=True, timeout=120, env=ENV, preexec_fn=small_files)
+    assert r.returncode == 2 and r.stdout.startswith("error: cannot save your progress") and not r.stderr
+    assert sorted(p.name for p in (repo / "work").iterdir()) == ["01-kl-creep", "state.json"]
+    assert (repo / "work" / "state.json").read_text() == before

@@ -239,10 +239,10 @@ def cmd_mock(args) -> int:
         kata = kata_or_fail(args.n) if args.n not in (None, "") else rounds.pick(state, args.tier)
         args.n = str(kata.number)
         cmd_kata(args)
-        active = rounds.open_round(kata, args.minutes if args.minutes else kata.minutes)
+        rounds.open_round(kata, args.minutes if args.minutes else kata.minutes)
     else:
         console.print(f"resuming the round on kata {active['kata']}")
-    countdown(active)
+    countdown(rounds.start_clock())
     return 0
 
 
@@ -266,7 +266,8 @@ def countdown(active) -> None:
                 live.update(Panel(clock, title=f"kata {active['kata']}", expand=False))
                 time.sleep(0.25)
     except KeyboardInterrupt:
-        console.print("clock stopped; end the round with `make mock-end`")
+        rounds.stop_clock()
+        console.print("clock stopped; `make mock` restarts it, `make mock-end` ends the round")
 
 
 def cmd_mock_notes(args) -> int:

@@ -38,7 +38,7 @@ def shown(path: Path) -> str:
 # The types of the fields this version reads; other fields are kept as they are.
 RECORD_FIELDS = {"hints": int, "started": str, "solved": str, "seconds": (int, float), "revealed_unsolved": str,
                  "history": list}
-ROUND_FIELDS = {"kata": int, "started": str, "minutes": (int, float), "hints_at_start": int}
+ROUND_FIELDS = {"kata": int, "started": str, "minutes": (int, float), "hints_at_start": int, "clock": list}
 
 
 def check_shape(state) -> None:
@@ -62,6 +62,10 @@ def check_shape(state) -> None:
             fields(old, RECORD_FIELDS, f"katas.{n}.history[{i}]")
     if "round" in state:
         fields(state["round"], ROUND_FIELDS, "round", required=("kata", "started", "minutes"))
+        for i, span in enumerate(state["round"].get("clock", [])):
+            if not (isinstance(span, list) and len(span) == 2 and isinstance(span[0], str)
+                    and isinstance(span[1], (str, type(None)))):
+                raise ValueError(f"round.clock[{i}] is {span!r}")
 
 
 def load_state() -> dict:

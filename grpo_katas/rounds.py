@@ -1,7 +1,10 @@
 """Mock interview rounds: choosing a kata, the open round in work/state.json, the rubric, the scorecard, and the
 bundle a candidate gets for a live round.
 
-    "round": {"kata": 7, "started": ISO, "minutes": 45, "hints_at_start": 0}
+    "round": {"kata": 7, "started": ISO, "minutes": 45, "hints_at_start": 0, "clock": [[ISO, ISO], [ISO, null]]}
+
+The clock runs in spans: `make mock` starts one, Ctrl-C ends it, `make mock` again starts the next; the time used
+is the sum of the spans (an open span counts up to now).
 
 A scorecard is written to work/rounds/<date>-<time>-kata-NN.md and .json and never overwrites another.
 The countdown itself is drawn by the CLI.
@@ -37,14 +40,39 @@ def pick(state: dict, tier: str | None):
 def open_round(kata, minutes: float) -> dict:
     state = load_state()
     state["round"] = {"kata": kata.number, "started": now(), "minutes": minutes,
-                      "hints_at_start": record_of(state, kata)["hints"]}
+                      "hints_at_start": record_of(state, kata)["hints"], "clock": []}
     save_state(state)
     return state["round"]
 
 
+def start_clock() -> dict:
+    """Start a span of the open round's clock and return the round. A span left open (its countdown was killed
+    rather than stopped with Ctrl-C) is closed now: the clock ran all that time."""
+    state = load_state()
+    clock = state["round"].setdefault("clock", [])
+    at = now()
+    if clock and clock[-1][1] is None:
+        clock[-1][1] = at
+    clock.append([at, None])
+    save_state(state)
+    return state["round"]
+
+
+def stop_clock() -> None:
+    """End the open span of the round's clock (Ctrl-C in the countdown)."""
+    state = load_state()
+    clock = state.get("round", {}).get("clock")
+    if clock and clock[-1][1] is None:
+        clock[-1][1] = now()
+        save_state(state)
+
+
 def seconds_used(active: dict, at: str) -> float:
-    """Seconds on the round's clock at the time `at` (ISO)."""
-    return (datetime.fromisoformat(at) - datetime.fromisoformat(active["started"])).total_seconds()
+    """Seconds on the round's clock at the time `at` (ISO): the sum of its spans, an open one counted up to `at`.
+    A round saved before the clock had spans counts from its start."""
+    spans = active.get("clock", [[active["started"], None]])
+    return sum((datetime.fromisoformat(stop or at) - datetime.fromisoformat(start)).total_seconds()
+               for start, stop in spans)
 
 
 def close_round(kata, results: dict | None, error: str | None, ended: str) -> tuple[dict, Path]:
@@ -59,7 +87,8 @@ def close_round(kata, results: dict | None, error: str | None, ended: str) -> tu
         checks, fixed = {"passed": 0, "total": 0, "error": error}, 0
     hints = record_of(state, kata)["hints"] - active.get("hints_at_start", 0)
     card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
-            "ended": ended, "minutes_used": round(seconds_used(active, ended) / 60, 1),
+            "ended": ended, "seconds_used": round(seconds_used(active, ended)),
+            "minutes_used": round(seconds_used(active, ended) / 60, 1), "clock": active.get("clock"),
             "time_box_minutes": active["minutes"], "bugs_fixed": fixed, "bugs_planted": len(kata.bugs),
             "checks": checks, "hints_used": hints, "rubric": {name: None for name, _ in RUBRIC}}
     folder = WORK / "rounds"

@@ -5,6 +5,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 
 import pytest
 
@@ -28,11 +29,18 @@ def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     assert code == 0 and "half time" in out and "time is up" in out and "Traceback" not in out
     code, out = cli(repo, "mock", "8")
     assert code == 2 and "in progress" in out
+    time.sleep(3)  # off the clock: Ctrl-C stopped it
+    code, out = start_round(repo)  # resumed: the clock starts again, time is up at once
+    assert code == 0 and "resuming the round" in out
+    time.sleep(2)  # off the clock again
     code, out = cli(repo, "mock-end")
     assert code == 0 and "bugs fixed: 0 of 1" in out
     cards = sorted((repo / "work" / "rounds").glob("*.json"))
     card = json.loads(cards[0].read_text())
     assert card["kata"] == 7 and card["checks"]["total"] == 34 and set(card["rubric"]) >= {"hypothesis", "fix"}
+    spans = [(datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() for a, b in card["clock"]]
+    wall = (datetime.fromisoformat(card["ended"]) - datetime.fromisoformat(card["started"])).total_seconds()
+    assert len(spans) == 2 and abs(card["seconds_used"] - sum(spans)) <= 1 and card["seconds_used"] <= wall - 3
     code, out = cli(repo, "mock-end")
     assert code == 2 and "no mock round" in out
 

@@ -219,6 +219,8 @@ def cmd_list(args) -> int:
         label = f"[{colour[s.label]}]{s.label}[/]"
         if s.solved_before_reset and s.label != "solved":
             label += " (solved before a reset)"
+        if s.revealed_early:
+            label += " [red](solution revealed first)[/]" if s.label == "solved" else " [red](solution revealed)[/]"
         table.add_row(str(k.number), escape(k.title), k.tier, f"{k.minutes} min", label,
                       minutes(s.seconds) if s.seconds is not None else "", str(s.hints or ""))
     console.print(table)

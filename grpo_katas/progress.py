@@ -1,10 +1,11 @@
 """Saved progress: work/state.json and your working copies in work/NN-slug/ (all git-ignored).
 
-    {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "history": [...]}},
+    {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0,
+                     "revealed_unsolved": ISO, "history": [...]}},
      "round": {...}}                                     (the open mock round, see rounds.py)
 
-Each kata's record holds the hint ladder's rung, when it was started and solved, and the attempts before a reset
-(`history`, records of the same shape). Every write is atomic: a temporary file renamed over the old one. A state
+Each kata's record holds the hint ladder's rung, when it was started and solved,
+when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape). Every write is atomic: a temporary file renamed over the old one. A state
 file that cannot be parsed is set aside and reported (on the logger of this module), never fatal. No function
 here overwrites a working copy without a timestamped backup.
 """
@@ -183,6 +184,7 @@ def solve(kata) -> dict:
     return record
 
 
+
 def next_hint(kata) -> int:
     """Climb one rung of the hint ladder (staying on the last) and return the rung to show, 1-based."""
     state = load_state()
@@ -213,6 +215,7 @@ class Status:
     seconds: float | None        # time to solve it, or time spent so far; None when not started
     hints: int                   # rungs of the hint ladder seen
     solved_before_reset: bool    # an attempt before a reset solved it
+    revealed_early: bool         # the solution was shown (FORCE=1) before this attempt solved it
 
 
 def status(state: dict, kata) -> Status:
@@ -224,4 +227,4 @@ def status(state: dict, kata) -> Status:
         label, seconds = "in progress", elapsed(record) if "started" in record else None
     else:
         label, seconds = "not started", None
-    return Status(label, seconds, record.get("hints", 0), before)
+    return Status(label, seconds, record.get("hints", 0), before, "revealed_unsolved" in record)

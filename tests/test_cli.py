@@ -35,6 +35,11 @@ def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     assert "solved before a reset" in out and "1/24 solved" in out
 
 
+def row(table: str, n: int) -> str:
+    """Kata n's row in `make list`'s table."""
+    return next(l for l in table.splitlines() if l.startswith(f"│ {n} "))
+
+
 def test_hints_come_in_order_and_are_remembered(repo):
     ladder = [cli(repo, "hint", "2")[1] for _ in range(4)]
     assert ["hint 1 of 3" in ladder[0], "hint 2 of 3" in ladder[1], "hint 3 of 3" in ladder[2]] == [True] * 3
@@ -47,6 +52,9 @@ def test_solution_is_refused_before_solving_and_a_forced_reveal_is_recorded(repo
     code, out = cli(repo, "solution", "1", "--force")
     assert code == 0 and "kl-sign-flipped" in out and "solutions/grpo.py" in out
     assert state(repo)["katas"]["1"]["revealed_unsolved"]
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "list")
+    assert "in progress (solution revealed)" in row(out, 1) and "revealed" not in row(out, 2)
 
 
 def test_reset_asks_then_keeps_a_backup(repo):

@@ -143,7 +143,7 @@ def cmd_check(args) -> int:
         return 1
     p = progress.solve(kata)
     console.print(f"[bold green]Solved[/] in {minutes(p['seconds'])} (time box {kata.minutes} min), "
-                  f"{p['hints']} hint(s). See the explanation: make solution N={kata.number}")
+                  f"{progress.hints_counted(p)} hint(s). See the explanation: make solution N={kata.number}")
     return 0
 
 

@@ -1,10 +1,10 @@
 """Saved progress: work/state.json and your working copies in work/NN-slug/ (all git-ignored).
 
-    {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0,
+    {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "hints_before_solving": 1,
                      "revealed_unsolved": ISO, "history": [...]}},
      "round": {...}}                                     (the open mock round, see rounds.py)
 
-Each kata's record holds the hint ladder's rung, when it was started and solved,
+Each kata's record holds the hint ladder's rung, when it was started and solved, the hints taken before solving,
 when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape). Every write is atomic: a temporary file renamed over the old one. A state
 file that cannot be parsed is set aside and reported (on the logger of this module), never fatal. No function
 here overwrites a working copy without a timestamped backup.
@@ -38,7 +38,7 @@ def shown(path: Path) -> str:
 
 # The types of the fields this version reads; other fields are kept as they are.
 RECORD_FIELDS = {"hints": int, "started": str, "solved": str, "seconds": (int, float), "revealed_unsolved": str,
-                 "history": list}
+                 "hints_before_solving": int, "history": list}
 ROUND_FIELDS = {"kata": int, "started": str, "minutes": (int, float), "hints_at_start": int, "clock": list}
 
 
@@ -180,9 +180,16 @@ def solve(kata) -> dict:
     record = record_of(state, kata)
     if not record.get("solved"):
         record["solved"], record["seconds"] = now(), elapsed(record)
+        record["hints_before_solving"] = record["hints"]
         save_state(state)
     return record
 
+
+def hints_counted(record: dict) -> int:
+    """The hints that count against a kata: those taken before it was solved. A hint read afterwards is
+    curiosity, not help."""
+    return record.get("hints_before_solving", record.get("hints", 0)) if record.get("solved") else \
+        record.get("hints", 0)
 
 
 def next_hint(kata) -> int:
@@ -213,7 +220,7 @@ class Status:
     """Where a kata stands, for `make list`."""
     label: str                   # "solved", "in progress" or "not started"
     seconds: float | None        # time to solve it, or time spent so far; None when not started
-    hints: int                   # rungs of the hint ladder seen
+    hints: int                   # hints taken before solving (all of them while unsolved)
     solved_before_reset: bool    # an attempt before a reset solved it
     revealed_early: bool         # the solution was shown (FORCE=1) before this attempt solved it
 
@@ -227,4 +234,4 @@ def status(state: dict, kata) -> Status:
         label, seconds = "in progress", elapsed(record) if "started" in record else None
     else:
         label, seconds = "not started", None
-    return Status(label, seconds, record.get("hints", 0), before, "revealed_unsolved" in record)
+    return Status(label, seconds, hints_counted(record), before, "revealed_unsolved" in record)

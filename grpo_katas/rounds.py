@@ -17,7 +17,7 @@ from pathlib import Path
 
 from grpo_katas import ROOT, UserError
 from grpo_katas.catalogue import fixed_bugs, load_bugs, load_katas
-from grpo_katas.progress import WORK, load_state, now, record_of, save_state
+from grpo_katas.progress import WORK, hints_counted, load_state, now, record_of, save_state
 
 RUBRIC = [
     ("hypothesis", "states what the symptom implies before touching code"),
@@ -85,7 +85,7 @@ def close_round(kata, results: dict | None, error: str | None, ended: str) -> tu
         fixed = fixed_bugs(kata, load_bugs(), results)
     else:
         checks, fixed = {"passed": 0, "total": 0, "error": error}, 0
-    hints = record_of(state, kata)["hints"] - active.get("hints_at_start", 0)
+    hints = max(0, hints_counted(record_of(state, kata)) - active.get("hints_at_start", 0))
     card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
             "ended": ended, "seconds_used": round(seconds_used(active, ended)),
             "minutes_used": round(seconds_used(active, ended) / 60, 1), "clock": active.get("clock"),

@@ -20,16 +20,20 @@ def test_start_then_resume_never_overwrites(repo):
     assert "started" in state(repo)["katas"]["1"]
 
 
+@pytest.mark.timeout(180)  # two runs of the checks; the plugin's 60 s per item is meant for one check
 def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     cli(repo, "kata", "1")
     code, out = cli(repo, "check", "1")
     assert code == 1 and "0 of 1 bugs fixed" in out and "fail" in out
+    cli(repo, "hint", "1")
     shutil.copyfile(repo / "solutions" / "grpo.py", copy_of(repo))
     code, out = cli(repo, "check", "1")
-    assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out
+    assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out and "1 hint(s)" in out
     assert state(repo)["katas"]["1"]["solved"]
+    cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/24 solved" in out
+    assert row(out, 1).split("│")[-2].strip() == "1" and state(repo)["katas"]["1"]["hints"] == 2
     cli(repo, "reset", "1", "--yes")
     code, out = cli(repo, "list")
     assert "solved before a reset" in out and "1/24 solved" in out

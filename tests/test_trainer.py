@@ -120,3 +120,17 @@ def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
                        capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "300"})
     out = (r.stdout + r.stderr).strip()
     assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "delete it" in out, out
+
+
+def test_every_bench_stage_reports_its_progress():
+    from grpo_katas import bench
+    seen = []
+
+    def tick(stage):
+        return lambda done, total, note="": seen.append((stage, done, total))
+    t = Trainer(RunConfig(**SMALL))
+    bench.bench_sampling(t, new_tokens=4, repeats=1, tick=tick("sampling"))
+    bench.bench_time_to_target("cpu", seeds=(0,), max_steps=2, tick=lambda seed: tick(f"seed {seed}"))
+    bench.bench_breakdown(t, steps=2, tick=tick("breakdown"))
+    assert seen == [("sampling", 1, 2), ("sampling", 2, 2), ("seed 0", 1, 2), ("seed 0", 2, 2),
+                    ("breakdown", 1, 2), ("breakdown", 2, 2)]

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from grpo_katas.runs import RunConfig, summarize
+from grpo_katas.curves import summarize
+from grpo_katas.runs import RunConfig
 from grpo_katas.trainer import Trainer
 from lab import ModelConfig, TinyLM
 

@@ -18,7 +18,8 @@ import time
 import torch
 
 from grpo_katas import ROOT
-from grpo_katas.runs import RunConfig, summarize
+from grpo_katas.curves import summarize
+from grpo_katas.runs import RunConfig
 from grpo_katas.trainer import Trainer
 from lab import ModelConfig
 

@@ -6,7 +6,8 @@ comparison, the reference), `make train` (the reference trainer), `make bench` a
     grpo_config    a loop file's GRPOConfig under a RunConfig
     build          the seeded policy and the task of a run
     drive          a loop file's own `train` under a RunConfig, step by step (with or without a log= callback)
-    summarize      where a curve starts and ends (5-step means) and the step where it first reaches a target
+
+(The one summary of a run, `summarize`, is in curves.py.)
 
 The trainer cannot hand its loop to a file's `train` (it checkpoints the optimizer and the generators between
 steps), so it takes each step itself; its step is the reference train()'s step, and tests/test_trainer.py holds
@@ -14,7 +15,6 @@ the two to the same numbers.
 """
 import dataclasses
 import inspect
-import math
 import time
 from dataclasses import dataclass, field
 
@@ -133,16 +133,16 @@ def build(run: RunConfig, device: torch.device) -> tuple:
 def drive(loop, run: RunConfig, on_step=lambda stats: None) -> list:
     """Train with the loop file's own `train(policy, task, cfg, *, steps, batch_size, seed[, log])` under `run`.
 
-    Each step's stats go to on_step with `step` and the measured `seconds` added: as they happen when `train`
-    takes a log= callback, all at the end (each step the run's mean time) when it only returns its list.
+    Each step's stats go to on_step with `step` (counted here) and the measured `seconds`: as they happen when
+    `train` takes a log= callback, all at the end (each step the run's mean time) when it only returns its list.
     Whatever the loop raises is raised here: the caller decides how to show a candidate's crash."""
     policy, task = build(run, resolve_device(run.device))
     cfg = grpo_config(loop, run)
     kwargs = {"steps": run.steps, "batch_size": run.batch_size, "seed": run.seed}
     history, clock = [], [time.perf_counter()]
 
-    def record(stats, seconds):
-        history.append({"step": len(history) + 1, **stats, "seconds": seconds})
+    def record(stats, seconds):  # the step is counted here, whatever the loop calls it
+        history.append({**stats, "step": len(history) + 1, "seconds": seconds})
         on_step(history[-1])
 
     def log(stats):
@@ -157,31 +157,3 @@ def drive(loop, run: RunConfig, on_step=lambda stats: None) -> list:
         for stats in returned:
             record(stats, per_step)
     return history
-
-
-def _number(v) -> float:
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-@dataclass(frozen=True)
-class Summary:
-    first: float            # mean of the first `window` values (fewer when the run is shorter); nan when empty
-    last: float             # mean of the last `window` values
-    reached: int | None     # the step at which the trailing `window`-step mean first reached the target
-
-
-def summarize(history: list, key: str = "reward_mean", target: float | None = None, window: int = 5) -> Summary:
-    """Where a curve starts and ends, as `window`-step means, and where it first reaches `target`."""
-    values = [_number(h.get(key)) for h in history]
-
-    def mean(xs):
-        return sum(xs) / len(xs) if xs else math.nan
-
-    reached = None
-    if target is not None:
-        reached = next((history[i - 1]["step"] for i in range(window, len(values) + 1)
-                        if mean(values[i - window:i]) >= target), None)
-    return Summary(mean(values[:window]), mean(values[-window:]), reached)

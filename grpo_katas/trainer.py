@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 
 from grpo_katas import REFERENCE
+from grpo_katas.curves import PLOT_HINT, plot_png, summarize
 from grpo_katas.loader import load_target
 from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, grpo_config, parse_overrides,
-                             resolve_device, summarize)
+                             resolve_device)
 from lab import ModelConfig
 
 
@@ -133,27 +134,6 @@ def keep_metrics(path: Path, upto: int) -> None:
         path.write_text("".join(l + "\n" for l in lines))
 
 
-def plot(history: list, path: Path) -> bool:
-    """reward and KL curves as a PNG, when matplotlib is installed (an optional extra)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    steps = [h["step"] for h in history]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(steps, [h["reward_mean"] for h in history], label="reward mean")
-    ax2 = ax.twinx()
-    ax2.plot(steps, [h["kl"] for h in history], color="tab:red", label="kl")
-    ax.set_xlabel("step"), ax.set_ylabel("reward"), ax2.set_ylabel("kl")
-    fig.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m grpo_katas.trainer",
                                 description="train the reference GRPO loop on a lab task, with a live display")
@@ -239,9 +219,9 @@ def main(argv=None) -> int:
                   + (f"5-step mean reached {run.target_reward} at step {s.reached}" if s.reached else
                      f"5-step mean never reached {run.target_reward}"))
     if trainer.out is not None:
-        drawn = plot(history, trainer.out / "curve.png")
+        drawn = plot_png({"reference": history}, trainer.out / "curve.png", f"make train: {run.task}")
         console.print(f"written to {trainer.out}: config.json, metrics.jsonl, checkpoint.pt"
-                      + (", curve.png" if drawn else " (pip install matplotlib for curve.png)"))
+                      + (", curve.png" if drawn else f" ({PLOT_HINT})"))
     return 0
 
 

@@ -9,7 +9,8 @@ import torch
 
 from grpo_katas import REFERENCE, ROOT
 from grpo_katas.loader import load_target
-from grpo_katas.runs import RunConfig, drive, parse_overrides, summarize
+from grpo_katas.curves import summarize
+from grpo_katas.runs import RunConfig, drive, parse_overrides
 from grpo_katas.trainer import Trainer
 from lab import ModelConfig
 from tests.cli_helpers import ENV

@@ -159,7 +159,8 @@ def main(argv=None) -> int:
             task = progress.add_task(description, total=None, note="")
             return lambda done, total, note="": progress.update(task, completed=done, total=total, note=note)
 
-        cached, full = bench_sampling(t, new_tokens, repeats, stage(f"1. sampling {new_tokens} tokens: KV cache, full recomputation"))
+        cached, full = bench_sampling(t, new_tokens, repeats,
+                                      stage(f"1. sampling {new_tokens} tokens: KV cache, full recomputation"))
         runs = bench_time_to_target(a.device, seeds, max_steps,
                                     lambda seed: stage(f"2. training to a reward of 0.9, seed {seed}"))
         parts = bench_breakdown(Trainer(RunConfig(device=a.device)), steps,

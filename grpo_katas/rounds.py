@@ -136,7 +136,8 @@ def write_bundle(kata, out: Path) -> Path:
                                       + "\n\nRun it: `python grpo.py` (needs torch; a few seconds on a CPU).\n")
         for f in (ROOT / "lab").glob("*.py"):
             shutil.copyfile(f, out / "lab" / f.name)
-        (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: `pip install torch && python grpo.py`\n")
+        (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: "
+                                       f"`pip install torch && python grpo.py`\n")
     except OSError as exc:
         raise UserError(f"cannot write the bundle to {out}: {exc.strerror or exc} ({exc.filename}); "
                         f"choose a folder you can write to") from None

@@ -21,10 +21,12 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
 from grpo_katas import REFERENCE, ROOT, UserError, progress, rounds
 from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
-from grpo_katas.jobs import LoopRun, run_checks
+from grpo_katas.curves import CURVES, NOT_FINITE, PLOT_HINT, plot_png, series, shared_range, sparkline, summarize
+from grpo_katas.jobs import LoopRun, reference_run, run_checks, step_stats
 from grpo_katas.progress import load_state, now, require_copy, working_copy
 
 console = Console(highlight=False)
@@ -51,6 +53,10 @@ def kata_or_fail(number):
         raise UserError(f"{kata.loop} is missing; restore it with `git checkout -- {kata.loop.relative_to(ROOT)}` "
                         f"or rebuild the katas with `make katas`")
     return kata
+
+
+def fmt(v, digits=3) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
 
 
 def minutes(seconds: float) -> str:
@@ -81,6 +87,14 @@ def cmd_kata(args) -> int:
     return 0
 
 
+# The run table's columns: (stats key, header, digits). A column shows once the loop reports its key; keys not
+# listed here come after these, in the order they first appear.
+RUN_COLUMNS = [("step", "step", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2), ("kl", "kl", 4),
+               ("loss", "loss", 4), ("clip_frac", "clip", 2), ("grad_norm", "gnorm", 2), ("adv_std", "adv std", 2),
+               ("completion_len", "len", 1), ("ratio_dev", "ratio dev", 3), ("seconds", "s/step", 2)]
+MAX_ROWS = 40  # a longer run shows every k-th step (and the latest), so the table fits a screen
+
+
 def cmd_run(args) -> int:
     from grpo_katas.runs import ConfigError, RunConfig  # imports torch: only this command needs it
 
@@ -90,23 +104,38 @@ def cmd_run(args) -> int:
         RunConfig(steps=args.steps)
     except ConfigError as exc:
         raise UserError(f"--steps (STEPS=) {exc.problem}") from None
-    run = LoopRun(path, ["--steps", str(args.steps), "--set", *args.set])
-    table = Table("step", "reward", "kl", "loss", "clip", "gnorm", "len", title=f"kata {kata.number}: {path.name}")
-    last = None
-    with Live(table, console=console, refresh_per_second=8):
+    runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--set", *args.set]
+    run, history, last = LoopRun(path, runner_args), [], None
+    every = -(-args.steps // MAX_ROWS)
+    title = f"kata {kata.number}: {path.relative_to(ROOT)}"
+    with Live(run_table([], title), console=console, refresh_per_second=8) as live:
         for ev in run:
             last = ev
             if ev["event"] == "step":
-                g = ev.get
-                table.add_row(f"{g('step', 0):.0f}", fmt(g("reward_mean")), fmt(g("kl"), 4), fmt(g("loss"), 4),
-                              fmt(g("clip_frac"), 2), fmt(g("grad_norm"), 2), fmt(g("completion_len"), 1))
+                history.append(step_stats(ev))
+                shown = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
+                live.update(run_table(shown + ([history[-1]] if shown[-1] is not history[-1] else []), title))
     console.print()
+    if last and last["event"] == "error":
+        console.print(f"[red]cannot run: {escape(last['message'])}[/]")
+        return 1
+    if history:
+        with console.status("the reference with the same seed and settings, for comparison (kept in work/cache/)"):
+            reference, cached, problem = reference_run(runner_args)
+        show_curves(kata, history, reference, args.steps, problem)
+        if not problem:
+            yours, ref = summarize(history), summarize(reference)
+            console.print(f"reward {yours.first:.3f} -> {yours.last:.3f} (mean of the first and last 5 steps); "
+                          f"the reference: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
+        png = working_copy(kata).parent / "run.png"
+        label = f"kata {kata.number}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
+        if plot_png({"yours": history, "reference": reference}, png, label):
+            console.print(f"curves: {png.relative_to(ROOT)}")
+        else:
+            console.print(f"[dim]{escape(PLOT_HINT)}[/]")
     if last and last["event"] == "crash":
         console.print(Panel(escape(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}"),
                             title="your loop raised", border_style="red", expand=False))
-        return 1
-    if last and last["event"] == "error":
-        console.print(f"[red]cannot run: {escape(last['message'])}[/]")
         return 1
     if not last or last["event"] != "done":
         console.print(f"[red]the run ended without finishing (exit status {run.returncode})"
@@ -115,8 +144,36 @@ def cmd_run(args) -> int:
     return 0
 
 
-def fmt(v, digits=3) -> str:
-    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
+def run_table(rows: list, title: str) -> Table:
+    """The steps so far, with a column for every metric the loop reports."""
+    known = {key for key, _, _ in RUN_COLUMNS}
+    extra = list(dict.fromkeys(k for r in rows for k in r if k not in known))
+    columns = [c for c in RUN_COLUMNS if any(c[0] in r for r in rows)] + [(k, k, 3) for k in extra]
+    table = Table(*(header for _, header, _ in columns), title=title)
+    for r in rows:
+        table.add_row(*(fmt(r.get(key, ""), digits) for key, _, digits in columns))
+    return table
+
+
+def show_curves(kata, history: list, reference: list, steps: int, problem: str | None) -> None:
+    """Sparklines of your run and the reference's, one row per curve, on a shared scale per curve."""
+    table = Table("", f"kata {kata.number} (yours)", "reference (solutions/grpo.py)", box=None, padding=(0, 2),
+                  title=f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)", title_justify="left")
+    for key, label, digits in CURVES:
+        mine, ref = series(history, key, steps), series(reference, key, steps)
+        lo, hi = shared_range(mine, ref)
+        cells = []
+        for values, run, style in ((mine, history, "cyan"), (ref, reference, "green")):
+            if all(v is None for v in values):
+                cells.append(Text("not reported", style="dim"))
+                continue
+            s = summarize(run, key)
+            cells.append(Text(sparkline(values, lo, hi), style=style)
+                         + Text(f"  {s.first:.{digits}f} -> {s.last:.{digits}f}"))
+        table.add_row(label, *cells)
+    console.print(table)
+    if problem:
+        console.print(f"[yellow]{escape(problem)}[/]")
 
 
 def check_table(results: dict, title: str) -> Table:
@@ -319,8 +376,9 @@ COMMANDS = {
     "kata": (cmd_kata, "show a kata's brief and start (or resume) your working copy in work/NN-slug/grpo.py",
              "The first command for any kata. It copies the broken loop to the file you edit; run again, it "
              "shows the brief and leaves your copy as it is."),
-    "run": (cmd_run, "train your copy briefly with a live table of its metrics",
-            "To see the symptom before reading code, and to see it go after a fix."),
+    "run": (cmd_run, "train your copy briefly: a live table of every metric, then its curves beside the reference's",
+            "To see the symptom before reading code, and to see it go after a fix: the reference runs with the "
+            "same seed and settings, so a difference in the curves is your loop's."),
     "check": (cmd_check, "run the hidden checks on your copy: a table by component and how many bugs are fixed",
               "The verdict: the checks judge what your functions do, never how they are written; all passing "
               "is solved."),
@@ -360,6 +418,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=30,
                      help="training steps (default 30, a few seconds on a CPU); more to see a slow drift such as "
                           "a creeping KL")
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of the model, the prompts and the sampling (default 0): another shows how much of a "
+                          "curve is luck; the reference runs with the same one")
     run.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                      help="GRPOConfig overrides, e.g. beta=0.5 temperature=0.7: some symptoms show only away from "
                           "the defaults (a brief says which)")

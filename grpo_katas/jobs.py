@@ -1,8 +1,10 @@
-"""The practice CLI's child processes: the hidden checks on one file, and a loop file's short training run.
+"""The practice CLI's child processes: the hidden checks on one file, and a loop file's short training run (the
+reference's, for comparison, cached in work/cache/ by its settings and the code that makes it).
 
 Both run in a fresh interpreter, so a candidate's loop can hang, crash or print anything without taking the CLI
 down with it. Neither draws anything: the CLI renders what they return.
 """
+import hashlib
 import json
 import os
 import subprocess
@@ -10,7 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpo_katas import ROOT, UserError
+from grpo_katas import REFERENCE, ROOT, UserError
+from grpo_katas.progress import read_cache, write_cache
 
 CHECK_TIMEOUT_S = 300
 
@@ -65,3 +68,35 @@ class LoopRun:
             self.returncode = proc.wait()
             errors.seek(0)
             self.last_error_line = next(iter(errors.read().strip().splitlines()[-1:]), "")
+
+
+def step_stats(event: dict) -> dict:
+    return {k: v for k, v in event.items() if k != "event"}
+
+
+# What a reference run depends on besides its settings: change one and the cached run is made again.
+REFERENCE_RUN_CODE = [REFERENCE, ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "runner.py",
+                      ROOT / "lab" / "model.py", ROOT / "lab" / "tasks.py"]
+
+
+def reference_run(runner_args: list) -> tuple:
+    """(history, cached, problem) of the reference driven by the runner with the same arguments as a kata's run:
+    from work/cache/ when this run was made before with the same settings and code, else run now and stored.
+    `problem` says why the run did not finish (then nothing is stored)."""
+    code = {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in REFERENCE_RUN_CODE}
+    key = hashlib.sha256(json.dumps({"args": runner_args, "code": code}, sort_keys=True).encode()).hexdigest()
+    name = f"reference-run-{key[:16]}"
+    cached = read_cache(name)
+    if isinstance(cached, dict) and isinstance(cached.get("history"), list):
+        return cached["history"], True, None
+    history, last = [], None
+    run = LoopRun(REFERENCE, runner_args)
+    for event in run:
+        last = event
+        if event["event"] == "step":
+            history.append(step_stats(event))
+    if not last or last["event"] != "done":
+        why = last.get("message") if last else run.last_error_line
+        return history, False, f"the reference did not finish with these settings: {why or 'no reason given'}"
+    write_cache(name, {"args": runner_args, "code": code, "history": history})
+    return history, False, None

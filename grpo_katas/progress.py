@@ -1,12 +1,14 @@
-"""Saved progress: work/state.json and your working copies in work/NN-slug/ (all git-ignored).
+"""Saved progress: work/state.json, your working copies in work/NN-slug/ and cached runs in work/cache/ (all
+git-ignored).
 
     {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "hints_before_solving": 1,
                      "revealed_unsolved": ISO, "history": [...]}},
      "round": {...}}                                     (the open mock round, see rounds.py)
 
 Each kata's record holds the hint ladder's rung, when it was started and solved, the hints taken before solving,
-when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape). Every write is atomic: a temporary file renamed over the old one. A state
-file that cannot be parsed is set aside and reported (on the logger of this module), never fatal. No function
+when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape).
+Every write is atomic: a temporary file renamed over the old one. A state file that cannot be parsed, or whose
+shape is not this version's, is set aside and reported (on the logger of this module), never fatal. No function
 here overwrites a working copy without a timestamped backup.
 """
 import json
@@ -113,6 +115,24 @@ def save_state(state: dict) -> None:
     except OSError as exc:
         raise UserError(f"cannot save your progress to {shown(WORK / 'state.json')}: {exc.strerror or exc}; "
                         f"the file is as it was, and your work files are untouched") from None
+
+
+# --- cached results (work/cache/), safe to delete ---------------------------------------------------------
+
+def read_cache(name: str):
+    """What write_cache stored under `name`, or None (never stored, or unreadable: then it is simply redone)."""
+    try:
+        return json.loads((WORK / "cache" / f"{name}.json").read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def write_cache(name: str, obj) -> None:
+    """Store `obj` under `name`; a cache that cannot be written is only a lost saving, never an error."""
+    try:
+        write_json_atomic(WORK / "cache" / f"{name}.json", obj)
+    except OSError:
+        pass
 
 
 def record_of(state: dict, kata) -> dict:

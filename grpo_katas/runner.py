@@ -10,7 +10,6 @@ CLI draws these; the runner itself never prints anything else to stdout.
 """
 import argparse
 import json
-import math
 import sys
 import traceback
 from pathlib import Path
@@ -24,13 +23,13 @@ def emit(event: str, **fields) -> None:
 
 
 def plain(stats: dict) -> dict:
-    """Stats as JSON-safe floats, whatever types the candidate's loop logged."""
+    """Stats as floats, whatever types the candidate's loop logged (NaN and infinity stay: Python's json writes
+    and reads them); values that are not numbers are dropped."""
     out = {}
     for k, v in stats.items():
         try:
-            v = float(v)
-            out[k] = v if math.isfinite(v) else str(v)
-        except (TypeError, ValueError):
+            out[str(k)] = float(v)
+        except (TypeError, ValueError):  # a string, None, a tensor of more than one element
             continue
     return out
 

@@ -1,5 +1,6 @@
 """The practice CLI, driven in subprocesses on a temporary copy of the repository. Run: pytest tests/test_cli.py"""
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -193,3 +194,48 @@ def test_a_state_file_that_cannot_be_written_is_one_line_and_leaves_no_temporary
     assert r.returncode == 2 and r.stdout.startswith("error: cannot save your progress") and not r.stderr
     assert sorted(p.name for p in (repo / "work").iterdir()) == ["01-kl-creep", "state.json"]
     assert (repo / "work" / "state.json").read_text() == before
+
+
+@pytest.mark.timeout(180)  # four training runs in fresh processes
+def test_run_shows_every_metric_then_the_curves_beside_the_reference_which_is_cached(repo):
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", "3")
+    header = next(l for l in out.splitlines() if "reward" in l and "step" in l)
+    assert code == 0 and all(h in header for h in ["max", "kl", "loss", "clip", "gnorm", "adv std", "len", "s/step"])
+    assert "kata 1 (yours)" in out and "reference (solutions/grpo.py)" in out
+    curves = {m[1]: m[0] for m in re.finditer(r"^ +(reward|KL|grad norm)  .*$", out, re.MULTILINE)}
+    assert set(curves) == {"reward", "KL", "grad norm"}
+    assert all(sum(c in "▁▂▃▄▅▆▇█" for c in line) == 6 for line in curves.values())  # 3 steps, yours and the reference
+    assert "the reference:" in out and "(cached)" not in out
+    assert len(list((repo / "work" / "cache").glob("reference-run-*.json"))) == 1
+    code, out = cli(repo, "run", "1", "--steps", "3")
+    assert code == 0 and "(cached)" in out
+
+
+QUIET_LOOP = '''
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    group_size: int = 8
+    max_new_tokens: int = 8
+    num_iterations: int = 1
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed):  # no log=: the runner gets the list at the end
+    return [{"reward_mean": 0.1 * i, "kl": math.nan if i == 2 else 0.01, "loss": 1.0, "ratio_dev": 0.5}
+            for i in range(steps)]
+'''
+
+
+def test_run_shows_only_the_columns_a_loop_reports_and_marks_values_that_are_not_finite(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(QUIET_LOOP)
+    code, out = cli(repo, "run", "2", "--steps", "4")
+    header = next(l for l in out.splitlines() if "reward" in l and "step" in l)
+    assert code == 0 and "ratio dev" in header and "s/step" in header and "gnorm" not in header and "clip" not in header
+    kl = re.search(r"^ +KL  .*$", out, re.MULTILINE)[0]
+    grad = re.search(r"^ +grad norm  .*$", out, re.MULTILINE)[0]
+    assert "×" in kl and "not reported" in grad

@@ -135,3 +135,11 @@ def test_every_bench_stage_reports_its_progress():
     bench.bench_breakdown(t, steps=2, tick=tick("breakdown"))
     assert seen == [("sampling", 1, 2), ("sampling", 2, 2), ("seed 0", 1, 2), ("seed 0", 2, 2),
                     ("breakdown", 1, 2), ("breakdown", 2, 2)]
+
+
+def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
+    pytest.importorskip("matplotlib")
+    from grpo_katas.curves import plot_png
+    history = [{"step": i, "reward_mean": 0.1 * i, "kl": 0.01 * i, "grad_norm": 1.0} for i in range(1, 6)]
+    assert plot_png({"yours": history, "reference": history[:3]}, tmp_path / "run.png", "a title")
+    assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

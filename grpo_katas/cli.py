@@ -105,34 +105,13 @@ def cmd_run(args) -> int:
     except ConfigError as exc:
         raise UserError(f"--steps (STEPS=) {exc.problem}") from None
     runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--set", *args.set]
-    run, history, last = LoopRun(path, runner_args), [], None
-    every = -(-args.steps // MAX_ROWS)
-    title = f"kata {kata.number}: {path.relative_to(ROOT)}"
-    with Live(run_table([], title), console=console, refresh_per_second=8) as live:
-        for ev in run:
-            last = ev
-            if ev["event"] == "step":
-                history.append(step_stats(ev))
-                shown = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
-                live.update(run_table(shown + ([history[-1]] if shown[-1] is not history[-1] else []), title))
-    console.print()
+    run = LoopRun(path, runner_args)
+    history, last = live_run(run, f"kata {kata.number}: {path.relative_to(ROOT)}", args.steps)
     if last and last["event"] == "error":
         console.print(f"[red]cannot run: {escape(last['message'])}[/]")
         return 1
-    if history:
-        with console.status("the reference with the same seed and settings, for comparison (kept in work/cache/)"):
-            reference, cached, problem = reference_run(runner_args)
-        show_curves(kata, history, reference, args.steps, problem)
-        if not problem:
-            yours, ref = summarize(history), summarize(reference)
-            console.print(f"reward {yours.first:.3f} -> {yours.last:.3f} (mean of the first and last 5 steps); "
-                          f"the reference: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
-        png = working_copy(kata).parent / "run.png"
-        label = f"kata {kata.number}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
-        if plot_png({"yours": history, "reference": reference}, png, label):
-            console.print(f"curves: {png.relative_to(ROOT)}")
-        else:
-            console.print(f"[dim]{escape(PLOT_HINT)}[/]")
+    if history:  # a crash after some steps still shows how the run went until then
+        compare_with_reference(kata, history, runner_args, args)
     if last and last["event"] == "crash":
         console.print(Panel(escape(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}"),
                             title="your loop raised", border_style="red", expand=False))
@@ -142,6 +121,37 @@ def cmd_run(args) -> int:
                       + (f": {escape(run.last_error_line)}" if run.last_error_line else "") + "[/]")
         return 1
     return 0
+
+
+def live_run(run: LoopRun, title: str, steps: int) -> tuple:
+    """Draw the run's steps as they come; returns (the steps' stats, the last event)."""
+    history, last, every = [], None, -(-steps // MAX_ROWS)
+    with Live(run_table([], title), console=console, refresh_per_second=8) as live:
+        for ev in run:
+            last = ev
+            if ev["event"] == "step":
+                history.append(step_stats(ev))
+                shown = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
+                live.update(run_table(shown + ([history[-1]] if shown[-1] is not history[-1] else []), title))
+    console.print()
+    return history, last
+
+
+def compare_with_reference(kata, history: list, runner_args: list, args) -> None:
+    """Your curves beside the reference's run with the same arguments, as sparklines and, with matplotlib, a PNG."""
+    with console.status("the reference with the same seed and settings, for comparison (kept in work/cache/)"):
+        reference, cached, problem = reference_run(runner_args)
+    show_curves(kata, history, reference, args.steps, problem)
+    if not problem:
+        yours, ref = summarize(history), summarize(reference)
+        console.print(f"reward {yours.first:.3f} -> {yours.last:.3f} (mean of the first and last 5 steps); "
+                      f"the reference: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
+    png = working_copy(kata).parent / "run.png"
+    label = f"kata {kata.number}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
+    if plot_png({"yours": history, "reference": reference}, png, label):
+        console.print(f"curves: {png.relative_to(ROOT)}")
+    else:
+        console.print(f"[dim]{escape(PLOT_HINT)}[/]")
 
 
 def run_table(rows: list, title: str) -> Table:

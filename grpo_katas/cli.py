@@ -96,17 +96,13 @@ MAX_ROWS = 40  # a longer run shows every k-th step (and the latest), so the tab
 
 
 def cmd_run(args) -> int:
-    from grpo_katas.runs import ConfigError, RunConfig  # imports torch: only this command needs it
-
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
-    try:
-        RunConfig(steps=args.steps)
-    except ConfigError as exc:
-        raise UserError(f"--steps (STEPS=) {exc.problem}") from None
     runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--set", *args.set]
     run = LoopRun(path, runner_args)
-    history, last = live_run(run, f"kata {kata.number}: {path.relative_to(ROOT)}", args.steps)
+    history, last = live_run(run, f"kata {kata.number}: {path.relative_to(ROOT)}", max(1, args.steps))
+    if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
+        raise UserError(f"--{last['setting'].replace('_', '-')} {last['problem']}")
     if last and last["event"] == "error":
         console.print(f"[red]cannot run: {escape(last['message'])}[/]")
         return 1
@@ -124,16 +120,22 @@ def cmd_run(args) -> int:
 
 
 def live_run(run: LoopRun, title: str, steps: int) -> tuple:
-    """Draw the run's steps as they come; returns (the steps' stats, the last event)."""
+    """Draw the run's steps as they come (nothing until the first one); returns (the steps' stats, the last
+    event)."""
     history, last, every = [], None, -(-steps // MAX_ROWS)
-    with Live(run_table([], title), console=console, refresh_per_second=8) as live:
+    live = Live(console=console, refresh_per_second=8)
+    try:
         for ev in run:
             last = ev
             if ev["event"] == "step":
                 history.append(step_stats(ev))
                 shown = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
                 live.update(run_table(shown + ([history[-1]] if shown[-1] is not history[-1] else []), title))
-    console.print()
+                live.start()  # does nothing once started
+    finally:
+        live.stop()
+    if history:
+        console.print()
     return history, last
 
 

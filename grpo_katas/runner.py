@@ -5,8 +5,9 @@
 The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
 reference it is compared with. Events: {"event": "step", ...stats} (with the seconds the step took),
 {"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the settings are
-wrong) and {"event": "crash", "type", "message", "where", "code"} (the loop's own code raised). The practice
-CLI draws these; the runner itself never prints anything else to stdout.
+wrong; with "setting" and "problem" when RunConfig refused one) and {"event": "crash", "type", "message",
+"where", "code"} (the loop's own code raised). The practice CLI draws these; the runner itself never prints
+anything else to stdout.
 """
 import argparse
 import json
@@ -15,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from grpo_katas.loader import TargetError, load_target
-from grpo_katas.runs import RunConfig, drive, parse_overrides
+from grpo_katas.runs import ConfigError, RunConfig, drive, parse_overrides
 
 
 def emit(event: str, **fields) -> None:
@@ -63,6 +64,9 @@ def main(argv=None) -> int:
     try:
         run = RunConfig(steps=args.steps, seed=args.seed, device=args.device,
                         grpo=parse_overrides(args.set, grpo.GRPOConfig))
+    except ConfigError as exc:
+        emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
+        return 2
     except ValueError as exc:
         emit("error", message=str(exc))
         return 2

@@ -163,7 +163,7 @@ def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_targ
 def test_run_refuses_a_step_count_below_one(repo, steps):
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", steps)
-    assert code == 2 and out.strip() == f"error: --steps (STEPS=) must be at least 1, got {steps}"
+    assert code == 2 and out.strip() == f"error: --steps must be at least 1, got {steps}"
 
 
 def test_make_check_with_an_empty_n_says_which_kata_instead_of_checking_the_reference(repo):

@@ -13,25 +13,35 @@ CLI     := $(PYTHON) -m grpo_katas.cli
 .PHONY: help setup bubblewrap test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
 
 help:
-	@echo "make setup                  create .venv with the pinned dependencies"
-	@echo "make test                   the repository's tests, the checks on the reference, and make verify"
-	@echo "make kata N=3               show kata 3's brief and start (or resume) your working copy in work/"
-	@echo "make run N=3 [SET='beta=0.5'] train your copy briefly with a live display"
-	@echo "make check N=3              run the hidden checks on your copy (or TARGET=path for any file)"
-	@echo "make watch N=3              rerun the checks whenever your copy is saved"
-	@echo "make hint N=3               the next hint"
-	@echo "make solution N=3 [FORCE=1] the diff to the reference and why each bug matters"
-	@echo "make reset N=3 [YES=1]      back up your copy and restore the pristine kata"
-	@echo "make list                   every kata and your progress"
-	@echo "make mock [N=] [TIER=] [MINUTES=]  a timed mock interview round; make mock-end writes the scorecard"
-	@echo "make mock-notes N=7         the interviewer's sheet: planted bugs, hints, rubric"
-	@echo "make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix: results.json, junit.xml, summary.md"
-	@echo "make bundle N=7 OUT=dir     the candidate's bundle for a live round (no checks, no solutions)"
-	@echo "make train [TASK=sum] [STEPS=200] [DEVICE=auto] [SET='beta=0.1 lr=3e-3'] [OUT=runs/x] [RESUME=1]"
-	@echo "make bench                  the reference trainer's speed on this machine, as a table"
-	@echo "make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 8x512 run"
-	@echo "make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
-	@echo "make katas                  rebuild katas/*/grpo.py from the reference after editing it"
+	@echo "Practice (each wraps python -m grpo_katas.cli; python -m grpo_katas.cli COMMAND --help says more):"
+	@echo "  make kata N=3               start here: kata 3's brief, and your working copy in work/ (never overwritten)"
+	@echo "  make run N=3 [STEPS=30] [SET='beta=0.5']"
+	@echo "                              train your copy for a few seconds with a live table, to see the symptom;"
+	@echo "                              SET changes GRPOConfig fields when a brief says a symptom needs it"
+	@echo "  make check N=3              the hidden checks on your copy, by component: the verdict on your fix"
+	@echo "  make check TARGET=f.py      the same checks on any file implementing the contract (SEED=0 by default)"
+	@echo "  make watch N=3              rerun the checks on every save, for an edit-save-look loop"
+	@echo "  make hint N=3               the next rung of the hint ladder when you are stuck (hints before solving count)"
+	@echo "  make solution N=3 [FORCE=1] after solving: the diff to the reference and why each bug matters"
+	@echo "  make reset N=3 [YES=1]      start over: your copy goes to backups/, the pristine kata comes back"
+	@echo "  make list                   every kata and your progress, to choose what to practise next"
+	@echo "Mock interviews:"
+	@echo "  make mock [N=] [TIER=] [MINUTES=]  a timed round on a kata you have not solved; Ctrl-C stops the clock"
+	@echo "  make mock-end               end the round: checks, time on the clock, hints, and a scorecard in work/rounds/"
+	@echo "  make mock-notes N=7         the interviewer's sheet (planted bugs, hints, rubric): it gives the answers away"
+	@echo "  make bundle N=7 OUT=dir     what a candidate gets for a live round: the loop, its brief and lab/, no checks"
+	@echo "  make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix in isolation: results.json, junit.xml, summary.md"
+	@echo "The reference trainer:"
+	@echo "  make train [TASK=sum] [STEPS=200] [DEVICE=auto] [SET='beta=0.1 lr=3e-3'] [OUT=runs/x] [RESUME=1] [COMPILE=1]"
+	@echo "                              train the reference with a live display; OUT keeps metrics and checkpoints,"
+	@echo "                              RESUME=1 continues one (python -m grpo_katas.trainer --help explains each flag)"
+	@echo "  make bench                  how fast the reference trains on this machine, stage by stage"
+	@echo "  make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 run of an 8x512 model"
+	@echo "The repository:"
+	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
+	@echo "  make test                   the repository's tests, the checks on the reference, and make verify"
+	@echo "  make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
+	@echo "  make katas                  rebuild katas/*/grpo.py after editing solutions/grpo.py or katas/bugs.toml"
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
@@ -59,8 +69,9 @@ test: $(STAMP)
 	$(PYTHON) -m pytest -q checks
 	$(PYTHON) -m grpo_katas.verify
 
+# N given, even empty (`make check N=`), means a kata: the CLI names what is missing instead of checking TARGET.
 check: $(STAMP)
-ifdef N
+ifneq ($(origin N),undefined)
 	@$(CLI) check "$(N)"
 else
 	$(PYTHON) -m pytest -q checks --target "$(TARGET)" --seed $(SEED)
@@ -70,7 +81,7 @@ kata watch hint: $(STAMP)
 	@$(CLI) $@ "$(N)"
 
 run: $(STAMP)
-	@$(CLI) run "$(N)" $(if $(SET),--set $(SET))
+	@$(CLI) run "$(N)" $(if $(STEPS),--steps $(STEPS)) $(if $(SET),--set $(SET))
 
 solution: $(STAMP)
 	@$(CLI) solution "$(N)" $(if $(FORCE),--force)

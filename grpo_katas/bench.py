@@ -4,7 +4,8 @@
 2. Time for the default task's 5-step mean reward to go from its baseline to 0.9, for three seeds.
 3. A per-step breakdown: sampling, log-probs (policy and reference), update.
 4. The peak memory of one step (RSS high-water mark on the CPU, max_memory_allocated on CUDA).
-Medians of repeated runs; nothing here is an assertion.
+Medians of repeated runs; nothing here is an assertion. Each stage reports its progress through a `tick(done,
+total, note)` callable; main() draws it as a rich progress display, one bar per stage.
 """
 import argparse
 import statistics
@@ -15,7 +16,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from grpo_katas.trainer import RunConfig, Trainer, reached
+from grpo_katas.curves import summarize
+from grpo_katas.runs import RunConfig
+from grpo_katas.trainer import Trainer
 from lab import ModelConfig, TinyLM
 
 
@@ -35,7 +38,11 @@ def sync(device):
         torch.cuda.synchronize()
 
 
-def timed(fn, device, repeats=3):
+def no_progress(done, total, note=""):
+    pass
+
+
+def timed(fn, device, repeats=3, tick=lambda: None):
     times = []
     for _ in range(repeats):
         sync(device)
@@ -43,10 +50,11 @@ def timed(fn, device, repeats=3):
         fn()
         sync(device)
         times.append(time.perf_counter() - t0)
+        tick()
     return statistics.median(times)
 
 
-def bench_sampling(t: Trainer, new_tokens=64):
+def bench_sampling(t: Trainer, new_tokens=64, repeats=3, tick=no_progress):
     grpo, device = t.grpo, t.device
     model = TinyLM(ModelConfig(max_len=new_tokens + 16)).to(device)
     cfg = grpo.GRPOConfig(max_new_tokens=new_tokens)
@@ -57,23 +65,30 @@ def bench_sampling(t: Trainer, new_tokens=64):
         return lambda: grpo.generate(m, prompts, mask, cfg, eos_id=-1, pad_id=0)  # no EOS: all 64 tokens
 
     n_tokens = prompts.shape[0] * cfg.group_size * new_tokens
-    cached, full = timed(run(model), device), timed(run(NoCache(model)), device)
+    done = iter(range(1, 2 * repeats + 1))
+    cached = timed(run(model), device, repeats, lambda: tick(next(done), 2 * repeats, "KV cache"))
+    full = timed(run(NoCache(model)), device, repeats, lambda: tick(next(done), 2 * repeats, "full recomputation"))
     return n_tokens / cached, n_tokens / full
 
 
-def bench_time_to_target(device: str, seeds=(0, 1, 2), max_steps=400):
+def bench_time_to_target(device: str, seeds=(0, 1, 2), max_steps=400, tick=lambda seed: no_progress):
+    """For each seed, train until the 5-step mean reward reaches the target; tick(seed) gives that seed's
+    progress callable."""
     out = []
     for seed in seeds:
-        t = Trainer(RunConfig(seed=seed, steps=max_steps, device=device), {})
+        seed_tick = tick(seed)
+        t = Trainer(RunConfig(seed=seed, steps=max_steps, device=device))
         history, start, hit = [], time.perf_counter(), None
         while t.step < max_steps and hit is None:
             history.append(t.train_step())
-            hit = reached(history, t.run.target_reward)
-        out.append((seed, hit, time.perf_counter() - start, sum(h["reward_mean"] for h in history[:5]) / 5))
+            s = summarize(history, target=t.run.target_reward)
+            hit = s.reached
+            seed_tick(max_steps if hit else t.step, max_steps, f"5-step mean {s.last:.2f}")
+        out.append((seed, hit, time.perf_counter() - start, summarize(history).first))
     return out
 
 
-def bench_breakdown(t: Trainer, steps=20):
+def bench_breakdown(t: Trainer, steps=20, tick=no_progress):
     grpo, cfg, parts = t.grpo, t.cfg, {"sampling": [], "log-probs (policy + reference)": [], "update": []}
     for _ in range(steps):
         ids, mask = t.task.sample_prompts(t.run.batch_size, t.prompt_gen)
@@ -96,6 +111,7 @@ def bench_breakdown(t: Trainer, steps=20):
         parts["sampling"].append(t1 - t0)
         parts["log-probs (policy + reference)"].append(t2 - t1)
         parts["update"].append(max(0.0, (t3 - t2) - (t2 - t1)))  # grpo_step re-does the two no-grad passes
+        tick(len(parts["update"]), steps)
     return {k: statistics.median(v) for k, v in parts.items()}
 
 
@@ -123,25 +139,39 @@ def peak_memory_of_a_step(t: Trainer) -> str:
 
 def main(argv=None) -> int:
     from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="auto")
+    p = argparse.ArgumentParser(prog="python -m grpo_katas.bench", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="auto",
+                   help="auto (CUDA when there is one), cpu or cuda: measure the device you will train on")
+    p.add_argument("--quick", action="store_true",
+                   help="one seed and a few steps of each stage: a smoke test of this script, numbers meaningless")
     a = p.parse_args(argv)
     console = Console(highlight=False)
-    t = Trainer(RunConfig(device=a.device), {})
+    t = Trainer(RunConfig(device=a.device))
     console.print(f"device {t.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
-    with console.status("sampling"):
-        cached, full = bench_sampling(t)
-    with console.status("time to reward 0.9"):
-        runs = bench_time_to_target(a.device)
-    with console.status("per-step breakdown"):
-        parts = bench_breakdown(Trainer(RunConfig(device=a.device), {}))
-        memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device), {}))
+    new_tokens, repeats, seeds, max_steps, steps = (8, 1, (0,), 3, 2) if a.quick else (64, 3, (0, 1, 2), 400, 20)
+    cols = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
+            TimeElapsedColumn()]
+    with Progress(*cols, console=console) as progress:
+        def stage(description):
+            task = progress.add_task(description, total=None, note="")
+            return lambda done, total, note="": progress.update(task, completed=done, total=total, note=note)
+
+        cached, full = bench_sampling(t, new_tokens, repeats,
+                                      stage(f"1. sampling {new_tokens} tokens: KV cache, full recomputation"))
+        runs = bench_time_to_target(a.device, seeds, max_steps,
+                                    lambda seed: stage(f"2. training to a reward of 0.9, seed {seed}"))
+        parts = bench_breakdown(Trainer(RunConfig(device=a.device)), steps,
+                                stage("3. per-step time: sampling, log-probs, update"))
+        memory_tick = stage("4. peak memory of one step")
+        memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device)))
+        memory_tick(1, 1)
 
     table = Table("measure", "value", title="grpo-katas reference trainer")
-    table.add_row("sampling 64 tokens, KV cache", f"{cached:,.0f} tokens/s")
-    table.add_row("sampling 64 tokens, full recomputation", f"{full:,.0f} tokens/s")
+    table.add_row(f"sampling {new_tokens} tokens, KV cache", f"{cached:,.0f} tokens/s")
+    table.add_row(f"sampling {new_tokens} tokens, full recomputation", f"{full:,.0f} tokens/s")
     table.add_row("KV cache speed-up", f"{cached / full:.1f}x (goal >= 3x)")
     for seed, hit, seconds, base in runs:
         result = f"step {hit}, {seconds:.1f} s" if hit else f"not reached in {seconds:.1f} s"

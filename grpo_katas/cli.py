@@ -1,31 +1,16 @@
-"""The practice CLI: `python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends.
+"""The practice CLI: debug a broken GRPO loop, check your fix, track your progress, run mock interview rounds.
 
-    kata N       show the brief; create (or resume) your working copy in work/NN-slug/grpo.py
-    run N        train your copy briefly with a live display of step, reward, KL and loss
-    check N      run the hidden checks on your copy: a table by component and how many bugs are fixed
-    watch N      rerun check whenever your copy is saved (Ctrl-C to stop)
-    hint N       the next step of the hint ladder, one at a time
-    solution N   once solved (or with --force, recorded): the diff to the reference, one explanation per bug
-    reset N      back up your copy, then restore the pristine kata (asks first; --yes for scripts)
-    list         every kata with tier, time box and status
-    mock [N]     a mock interview round: a kata you have not solved (or N), its brief and a visible countdown
-    mock-notes N the interviewer's sheet: the planted bugs, the hint ladder and the rubric
-    mock-end     end the round: a scorecard in Markdown and JSON in work/rounds/, never overwriting one
-    bundle N OUT what a candidate gets for a live round: the loop, its brief and the lab, nothing else
-
-Your work lives in work/ (git-ignored). No command overwrites it without a timestamped backup, and progress is
-kept in work/state.json, written atomically; a corrupt state file is set aside and reported, never fatal.
+`python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends; COMMANDS below lists each
+command with what it does and why one would use it (`--help` shows the same). This module parses and draws;
+progress.py keeps your progress, rounds.py the mock rounds, jobs.py runs the checks and loops in child processes.
+Your work lives in work/ (git-ignored) and is never overwritten without a timestamped backup.
 """
 import argparse
 import difflib
-import json
-import os
-import shutil
-import subprocess
+import logging
 import sys
-import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from rich.console import Console
@@ -36,51 +21,22 @@ from rich.panel import Panel
 from rich.progress import BarColumn, Progress, TextColumn
 from rich.syntax import Syntax
 from rich.table import Table
+from rich.text import Text
 
-from grpo_katas import REFERENCE, ROOT, matrix
+from grpo_katas import REFERENCE, ROOT, UserError, progress, rounds
 from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
+from grpo_katas.curves import CURVES, NOT_FINITE, PLOT_HINT, plot_png, series, shared_range, sparkline, summarize
+from grpo_katas.jobs import LoopRun, reference_run, run_checks, step_stats
+from grpo_katas.progress import load_state, now, require_copy, working_copy
 
-WORK = ROOT / "work"
 console = Console(highlight=False)
 
 
-class UserError(Exception):
-    """Something the user can fix: shown as one line, exit status 2."""
+class ConsoleNotes(logging.Handler):
+    """The library's notices (a progress file set aside) as yellow lines on the console."""
 
-
-# --- state: work/state.json ---------------------------------------------------------------------------
-
-def now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def load_state() -> dict:
-    path = WORK / "state.json"
-    if not path.exists():
-        return {"katas": {}}
-    try:
-        state = json.loads(path.read_text())
-        if not isinstance(state, dict) or not isinstance(state.get("katas"), dict):
-            raise ValueError("not a state object")
-        return state
-    except (ValueError, UnicodeDecodeError) as exc:
-        aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
-        path.rename(aside)
-        console.print(f"[yellow]progress file {path} was unreadable ({escape(str(exc))}); set aside as {aside.name}, "
-                      f"starting fresh. Your work files are untouched.[/]")
-        return {"katas": {}}
-
-
-def save_state(state: dict) -> None:
-    WORK.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=WORK, prefix=".state-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
-        json.dump(state, f, indent=1)
-    os.replace(tmp, WORK / "state.json")
-
-
-def progress_of(state: dict, kata) -> dict:
-    return state["katas"].setdefault(str(kata.number), {"hints": 0})
+    def emit(self, record):
+        console.print(f"[yellow]{escape(record.getMessage())}[/]")
 
 
 # --- helpers -------------------------------------------------------------------------------------------
@@ -99,24 +55,8 @@ def kata_or_fail(number):
     return kata
 
 
-def working_copy(kata) -> Path:
-    return WORK / kata.name / "grpo.py"
-
-
-def require_copy(kata) -> Path:
-    path = working_copy(kata)
-    if not path.exists():
-        raise UserError(f"no working copy of kata {kata.number} yet; start it with `make kata N={kata.number}`")
-    return path
-
-
-def python_env() -> dict:
-    return {**os.environ, "PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
-
-
-def elapsed(p: dict) -> float:
-    start = datetime.fromisoformat(p["started"]) if "started" in p else datetime.now(timezone.utc)
-    return (datetime.now(timezone.utc) - start).total_seconds()
+def fmt(v, digits=3) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
 
 
 def minutes(seconds: float) -> str:
@@ -132,19 +72,13 @@ def scenario(kata) -> str:
 
 def cmd_kata(args) -> int:
     kata = kata_or_fail(args.n)
-    state = load_state()
-    p = progress_of(state, kata)
     path = working_copy(kata)
-    if path.exists():
+    if progress.start(kata):
         note = f"Resuming your working copy (left as it is): {path.relative_to(ROOT)}"
     else:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kata.loop, path)
         note = f"Your working copy: {path.relative_to(ROOT)}"
-    p.setdefault("started", now())
-    save_state(state)
-    body = (f"[bold]{kata.title}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
-            f"bugs: {len(kata.bugs)}\n\n{scenario(kata)}\n\n"
+    body = (f"[bold]{escape(kata.title)}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
+            f"bugs: {len(kata.bugs)}\n\n{escape(scenario(kata))}\n\n"
             f"{note}\n"
             f"See the symptom:  make run N={kata.number}\n"
             f"Check your fix:   make check N={kata.number}   (or make watch N={kata.number})\n"
@@ -153,58 +87,105 @@ def cmd_kata(args) -> int:
     return 0
 
 
+# The run table's columns: (stats key, header, digits). A column shows once the loop reports its key; keys not
+# listed here come after these, in the order they first appear.
+RUN_COLUMNS = [("step", "step", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2), ("kl", "kl", 4),
+               ("loss", "loss", 4), ("clip_frac", "clip", 2), ("grad_norm", "gnorm", 2), ("adv_std", "adv std", 2),
+               ("completion_len", "len", 1), ("ratio_dev", "ratio dev", 3), ("seconds", "s/step", 2)]
+MAX_ROWS = 40  # a longer run shows every k-th step (and the latest), so the table fits a screen
+
+
 def cmd_run(args) -> int:
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
-    cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), "--steps", str(args.steps),
-           "--temperature", str(args.temperature), "--set", *args.set]
-    table = Table("step", "reward", "kl", "loss", "clip", "gnorm", "len", title=f"kata {kata.number}: {path.name}")
-    last = None
-    with tempfile.TemporaryFile("w+") as errors, Live(table, console=console, refresh_per_second=8):
-        # stderr goes to a file, so a chatty loop can never fill a pipe and stall
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=errors, text=True)
-        for line in proc.stdout:
-            try:
-                ev = json.loads(line)
-            except ValueError:
-                continue  # the candidate printed something of their own
-            last = ev
-            if ev["event"] == "step":
-                g = ev.get
-                table.add_row(f"{g('step', 0):.0f}", fmt(g("reward_mean")), fmt(g("kl"), 4), fmt(g("loss"), 4),
-                              fmt(g("clip_frac"), 2), fmt(g("grad_norm"), 2), fmt(g("completion_len"), 1))
-        proc.wait()
-        errors.seek(0)
-        tail = errors.read().strip().splitlines()[-1:]
-    console.print()
+    runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--set", *args.set]
+    run = LoopRun(path, runner_args)
+    history, last = live_run(run, f"kata {kata.number}: {path.relative_to(ROOT)}", max(1, args.steps))
+    if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
+        raise UserError(f"--{last['setting'].replace('_', '-')} {last['problem']}")
+    if last and last["event"] == "error":
+        console.print(f"[red]cannot run: {escape(last['message'])}[/]")
+        return 1
+    if history:  # a crash after some steps still shows how the run went until then
+        compare_with_reference(kata, history, runner_args, args)
     if last and last["event"] == "crash":
         console.print(Panel(escape(f"{last['type']}: {last['message']}\n  at {last['where']}\n  {last['code']}"),
                             title="your loop raised", border_style="red", expand=False))
         return 1
-    if last and last["event"] == "error":
-        console.print(f"[red]cannot run: {escape(last['message'])}[/]")
-        return 1
     if not last or last["event"] != "done":
-        console.print(f"[red]the run ended without finishing (exit status {proc.returncode})"
-                      + (f": {escape(tail[0])}" if tail else "") + "[/]")
+        console.print(f"[red]the run ended without finishing (exit status {run.returncode})"
+                      + (f": {escape(run.last_error_line)}" if run.last_error_line else "") + "[/]")
         return 1
     return 0
 
 
-def fmt(v, digits=3) -> str:
-    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
+def live_run(run: LoopRun, title: str, steps: int) -> tuple:
+    """Draw the run's steps as they come (nothing until the first one); returns (the steps' stats, the last
+    event)."""
+    history, last, every = [], None, -(-steps // MAX_ROWS)
+    live = Live(console=console, refresh_per_second=8)
+    try:
+        for ev in run:
+            last = ev
+            if ev["event"] == "step":
+                history.append(step_stats(ev))
+                shown = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
+                live.update(run_table(shown + ([history[-1]] if shown[-1] is not history[-1] else []), title))
+                live.start()  # does nothing once started
+    finally:
+        live.stop()
+    if history:
+        console.print()
+    return history, last
 
 
-def run_checks(path: Path) -> dict:
-    """{CheckId: Verdict} for one file, judged like CI judges it (the file runs in a sandboxed worker process);
-    raises UserError when it cannot be judged."""
-    run = matrix.run([path], [0])
-    if 0 in run.load_errors:
-        raise UserError(f"cannot load {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}: "
-                        f"{run.load_errors[0]}")
-    if not run.of(0, 0):
-        raise UserError(f"the checks could not run on {path} (pytest exit status {run.exit_code})")
-    return run.of(0, 0)
+def compare_with_reference(kata, history: list, runner_args: list, args) -> None:
+    """Your curves beside the reference's run with the same arguments, as sparklines and, with matplotlib, a PNG."""
+    with console.status("the reference with the same seed and settings, for comparison (kept in work/cache/)"):
+        reference, cached, problem = reference_run(runner_args)
+    show_curves(kata, history, reference, args.steps, problem)
+    if not problem:
+        yours, ref = summarize(history), summarize(reference)
+        console.print(f"reward {yours.first:.3f} -> {yours.last:.3f} (mean of the first and last 5 steps); "
+                      f"the reference: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
+    png = working_copy(kata).parent / "run.png"
+    label = f"kata {kata.number}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
+    if plot_png({"yours": history, "reference": reference}, png, label):
+        console.print(f"curves: {png.relative_to(ROOT)}")
+    else:
+        console.print(f"[dim]{escape(PLOT_HINT)}[/]")
+
+
+def run_table(rows: list, title: str) -> Table:
+    """The steps so far, with a column for every metric the loop reports."""
+    known = {key for key, _, _ in RUN_COLUMNS}
+    extra = list(dict.fromkeys(k for r in rows for k in r if k not in known))
+    columns = [c for c in RUN_COLUMNS if any(c[0] in r for r in rows)] + [(k, k, 3) for k in extra]
+    table = Table(*(header for _, header, _ in columns), title=title)
+    for r in rows:
+        table.add_row(*(fmt(r.get(key, ""), digits) for key, _, digits in columns))
+    return table
+
+
+def show_curves(kata, history: list, reference: list, steps: int, problem: str | None) -> None:
+    """Sparklines of your run and the reference's, one row per curve, on a shared scale per curve."""
+    table = Table("", f"kata {kata.number} (yours)", "reference (solutions/grpo.py)", box=None, padding=(0, 2),
+                  title=f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)", title_justify="left")
+    for key, label, digits in CURVES:
+        mine, ref = series(history, key, steps), series(reference, key, steps)
+        lo, hi = shared_range(mine, ref)
+        cells = []
+        for values, run, style in ((mine, history, "cyan"), (ref, reference, "green")):
+            if all(v is None for v in values):
+                cells.append(Text("not reported", style="dim"))
+                continue
+            s = summarize(run, key)
+            cells.append(Text(sparkline(values, lo, hi), style=style)
+                         + Text(f"  {s.first:.{digits}f} -> {s.last:.{digits}f}"))
+        table.add_row(label, *cells)
+    console.print(table)
+    if problem:
+        console.print(f"[yellow]{escape(problem)}[/]")
 
 
 def check_table(results: dict, title: str) -> Table:
@@ -229,13 +210,9 @@ def cmd_check(args) -> int:
     console.print(f"{n_fixed} of {len(kata.bugs)} bugs fixed; {len(results) - n_failed} of {len(results)} checks pass")
     if n_failed:
         return 1
-    state = load_state()
-    p = progress_of(state, kata)
-    if not p.get("solved"):
-        p["solved"], p["seconds"] = now(), elapsed(p)
-        save_state(state)
+    p = progress.solve(kata)
     console.print(f"[bold green]Solved[/] in {minutes(p['seconds'])} (time box {kata.minutes} min), "
-                  f"{p['hints']} hint(s). See the explanation: make solution N={kata.number}")
+                  f"{progress.hints_counted(p)} hint(s). See the explanation: make solution N={kata.number}")
     return 0
 
 
@@ -261,34 +238,23 @@ def cmd_watch(args) -> int:
 
 def cmd_hint(args) -> int:
     kata = kata_or_fail(args.n)
-    state = load_state()
-    p = progress_of(state, kata)
-    level = min(p["hints"] + 1, len(kata.hints))
-    p["hints"] = max(p["hints"], level)
-    save_state(state)
+    level = progress.next_hint(kata)
     tail = "" if level < len(kata.hints) else " (the last one)"
-    console.print(Panel(kata.hints[level - 1], title=f"hint {level} of {len(kata.hints)}{tail}", expand=False))
+    console.print(Panel(escape(kata.hints[level - 1]), title=f"hint {level} of {len(kata.hints)}{tail}", expand=False))
     return 0
 
 
 def cmd_solution(args) -> int:
     kata = kata_or_fail(args.n)
-    state = load_state()
-    p = progress_of(state, kata)
-    if not p.get("solved") and not args.force:
-        raise UserError(f"kata {kata.number} is not solved yet; `make check N={kata.number}` must pass first "
-                        f"(or `make solution N={kata.number} FORCE=1` to reveal it anyway, which is recorded)")
-    if not p.get("solved"):
-        p["revealed_unsolved"] = now()
-        save_state(state)
+    progress.reveal(kata, args.force)
     bugs = load_bugs()
     diff = difflib.unified_diff(kata.loop.read_text().splitlines(), REFERENCE.read_text().splitlines(),
                                 f"katas/{kata.name}/grpo.py", "solutions/grpo.py", lineterm="", n=2)
     console.print(Syntax("\n".join(diff), "diff", theme="ansi_dark", word_wrap=True))
     for b in kata.bugs:
         bug = bugs[b]
-        thread = f"\n[dim]seen in: {bug.thread}[/]" if bug.thread else ""
-        console.print(Panel(f"{bug.what}\n\n[italic]symptom:[/] {bug.symptom}{thread}",
+        thread = f"\n[dim]seen in: {escape(bug.thread)}[/]" if bug.thread else ""
+        console.print(Panel(f"{escape(bug.what)}\n\n[italic]symptom:[/] {escape(bug.symptom)}{thread}",
                             title=f"{bug.id} ({bug.component})", expand=False))
     return 0
 
@@ -303,17 +269,9 @@ def cmd_reset(args) -> int:
             if input(f"Back up and restore the pristine kata {kata.number}? [y/N] ").strip().lower() != "y":
                 console.print("nothing changed")
                 return 1
-        backup = path.parent / "backups" / f"grpo-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.py"
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, backup)
+    backup = progress.reset(kata)
+    if backup:
         console.print(f"your copy is saved as {backup.relative_to(ROOT)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kata.loop, path)
-    state = load_state()
-    old = state["katas"].pop(str(kata.number), None)
-    history = (old or {}).pop("history", []) + ([old] if old else [])
-    state["katas"][str(kata.number)] = {"hints": 0, "started": now(), "history": history}
-    save_state(state)
     console.print(f"restored the pristine kata at {path.relative_to(ROOT)}")
     return 0
 
@@ -323,18 +281,17 @@ def cmd_list(args) -> int:
     katas = load_katas()
     table = Table("N", "kata", "tier", "time box", "status", "time", "hints")
     solved = 0
+    colour = {"solved": "green", "in progress": "yellow", "not started": "default"}
     for k in katas:
-        p = state["katas"].get(str(k.number), {})
-        before = [h for h in p.get("history", []) if h.get("solved")]
-        solved += bool(p.get("solved") or before)
-        if p.get("solved"):
-            status, spent = "[green]solved[/]", minutes(p["seconds"])
-        elif working_copy(k).exists():
-            status = "[yellow]in progress[/]" + (" (solved before a reset)" if before else "")
-            spent = minutes(elapsed(p)) if "started" in p else ""
-        else:
-            status, spent = "not started", ""
-        table.add_row(str(k.number), k.title, k.tier, f"{k.minutes} min", status, spent, str(p.get("hints", 0) or ""))
+        s = progress.status(state, k)
+        solved += s.label == "solved" or s.solved_before_reset
+        label = f"[{colour[s.label]}]{s.label}[/]"
+        if s.solved_before_reset and s.label != "solved":
+            label += " (solved before a reset)"
+        if s.revealed_early:
+            label += " [red](solution revealed first)[/]" if s.label == "solved" else " [red](solution revealed)[/]"
+        table.add_row(str(k.number), escape(k.title), k.tier, f"{k.minutes} min", label,
+                      minutes(s.seconds) if s.seconds is not None else "", str(s.hints or ""))
     console.print(table)
     bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
                    console=console)
@@ -344,56 +301,31 @@ def cmd_list(args) -> int:
     return 0
 
 
-RUBRIC = [
-    ("hypothesis", "states what the symptom implies before touching code"),
-    ("reproduction", "makes the symptom show on demand (a run, a print, a tiny test)"),
-    ("root cause", "names the property that is violated, not just the line"),
-    ("fix", "the smallest change that restores the property, and nothing else broken"),
-    ("explanation", "says why it matters for training, with the paper or the common implementations as backup"),
-]
-
-
 def cmd_mock(args) -> int:
     state = load_state()
     active = state.get("round")
     if active and args.n not in (None, "", str(active["kata"])):
         raise UserError(f"a round on kata {active['kata']} is in progress; end it with `make mock-end` first")
     if not active:
-        kata = pick_for_round(state, args)
+        kata = kata_or_fail(args.n) if args.n not in (None, "") else rounds.pick(state, args.tier)
         args.n = str(kata.number)
         cmd_kata(args)
-        state = load_state()
-        box = args.minutes if args.minutes else kata.minutes
-        state["round"] = {"kata": kata.number, "started": now(), "minutes": box,
-                          "hints_at_start": progress_of(state, kata)["hints"]}
-        save_state(state)
-        active = state["round"]
+        rounds.open_round(kata, args.minutes if args.minutes else kata.minutes)
     else:
         console.print(f"resuming the round on kata {active['kata']}")
-    countdown(active)
+    countdown(rounds.start_clock())
     return 0
-
-
-def pick_for_round(state, args):
-    if args.n not in (None, ""):
-        return kata_or_fail(args.n)
-    katas = [k for k in load_katas() if (not args.tier or k.tier == args.tier)
-             and not state["katas"].get(str(k.number), {}).get("solved")]
-    if not katas:
-        raise UserError(f"every {args.tier + ' ' if args.tier else ''}kata is solved; name one with N=")
-    return katas[int(time.time()) % len(katas)]
 
 
 def countdown(active) -> None:
     """A live clock with a nudge at half time and at the end, and no cut-off: Ctrl-C leaves the round running."""
     total = float(active["minutes"]) * 60
-    started = datetime.fromisoformat(active["started"])
     said = set()
     console.print("the clock runs until Ctrl-C; the round stays open until `make mock-end`")
     try:
         with Live(console=console, refresh_per_second=2, transient=True) as live:
             while True:
-                spent = (datetime.now(timezone.utc) - started).total_seconds()
+                spent = rounds.seconds_used(active, now())
                 left = total - spent
                 if spent >= total / 2 and "half" not in said:
                     said.add("half")
@@ -405,125 +337,127 @@ def countdown(active) -> None:
                 live.update(Panel(clock, title=f"kata {active['kata']}", expand=False))
                 time.sleep(0.25)
     except KeyboardInterrupt:
-        console.print("clock stopped; end the round with `make mock-end`")
+        rounds.stop_clock()
+        console.print("clock stopped; `make mock` restarts it, `make mock-end` ends the round")
 
 
 def cmd_mock_notes(args) -> int:
     kata = kata_or_fail(args.n)
     bugs = load_bugs()
-    console.print(Panel(f"[bold]{kata.title}[/]  {kata.tier}, {kata.minutes} min, {len(kata.bugs)} bug(s)",
+    console.print(Panel(f"[bold]{escape(kata.title)}[/]  {kata.tier}, {kata.minutes} min, {len(kata.bugs)} bug(s)",
                         title=f"interviewer's sheet: kata {kata.number}", expand=False))
     table = Table("bug", "component", "what is wrong", "symptom")
     for b in kata.bugs:
-        table.add_row(b, bugs[b].component, bugs[b].what, bugs[b].symptom)
+        table.add_row(b, bugs[b].component, escape(bugs[b].what), escape(bugs[b].symptom))
     console.print(table)
     for i, h in enumerate(kata.hints, 1):
-        console.print(f"hint {i}: {h}")
+        console.print(f"hint {i}: {escape(h)}")
     rubric = Table("rubric", "what good looks like", "score 1-4")
-    for name, good in RUBRIC:
+    for name, good in rounds.RUBRIC:
         rubric.add_row(name, good, "")
     console.print(rubric)
     return 0
 
 
-def unique_path(folder: Path, stem: str, suffix: str) -> Path:
-    path, i = folder / f"{stem}{suffix}", 2
-    while path.exists():
-        path, i = folder / f"{stem}-{i}{suffix}", i + 1
-    return path
-
-
 def cmd_mock_end(args) -> int:
-    state = load_state()
-    active = state.get("round")
+    active = load_state().get("round")
     if not active:
         raise UserError("no mock round is in progress; start one with `make mock`")
     kata = kata_or_fail(active["kata"])
-    bugs = load_bugs()
-    spent = (datetime.now(timezone.utc) - datetime.fromisoformat(active["started"])).total_seconds()
+    ended = now()  # the clock stops when the round is ended, not once the checks are done
     try:
-        results = run_checks(require_copy(kata))
-        checks = {"passed": sum(r.passed for r in results.values()), "total": len(results), "error": None}
-        fixed = fixed_bugs(kata, bugs, results)
+        results, error = run_checks(require_copy(kata)), None
     except UserError as exc:
-        checks, fixed = {"passed": 0, "total": 0, "error": str(exc)}, 0
-    hints = progress_of(state, kata)["hints"] - active.get("hints_at_start", 0)
-    card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
-            "ended": now(), "minutes_used": round(spent / 60, 1), "time_box_minutes": active["minutes"],
-            "bugs_fixed": fixed, "bugs_planted": len(kata.bugs), "checks": checks, "hints_used": hints,
-            "rubric": {name: None for name, _ in RUBRIC}}
-    folder = WORK / "rounds"
-    folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.number:02d}"
-    md = unique_path(folder, stem, ".md")
-    md.with_suffix(".json").write_text(json.dumps(card, indent=1))
-    md.write_text(scorecard_markdown(card))
-    del state["round"]
-    save_state(state)
-    console.print(Markdown(scorecard_markdown(card)))
+        results, error = None, str(exc)
+    card, md = rounds.close_round(kata, results, error, ended)
+    console.print(Markdown(rounds.scorecard_markdown(card)))
     console.print(f"written: {md.relative_to(ROOT)} and {md.with_suffix('.json').relative_to(ROOT)}")
     return 0
 
 
-def scorecard_markdown(card: dict) -> str:
-    c = card["checks"]
-    checks = f"{c['passed']} of {c['total']}" if not c["error"] else f"could not run ({c['error']})"
-    lines = [f"# Mock round: kata {card['kata']}, {card['title']} ({card['tier']})", "",
-             f"- date: {card['started'][:10]}",
-             f"- bugs fixed: {card['bugs_fixed']} of {card['bugs_planted']}",
-             f"- checks passed: {checks}",
-             f"- time used: {card['minutes_used']} min of a {card['time_box_minutes']} min box",
-             f"- hints used: {card['hints_used']}", "",
-             "| rubric | what good looks like | score (1-4) | notes |", "|---|---|---|---|"]
-    lines += [f"| {name} | {good} |  |  |" for name, good in RUBRIC]
-    return "\n".join(lines) + "\n"
-
-
 def cmd_bundle(args) -> int:
     kata = kata_or_fail(args.n)
-    out = Path(args.out)
-    if out.exists() and any(out.iterdir()):
-        raise UserError(f"{out} exists and is not empty; choose a new folder (nothing was overwritten)")
-    (out / "lab").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kata.loop, out / "grpo.py")
-    brief = kata.brief.strip().split("\n\n")[:-1]
-    (out / "BRIEF.md").write_text("\n\n".join(brief) + "\n\nRun it: `python grpo.py` (needs torch; a few seconds on a CPU).\n")
-    for f in (ROOT / "lab").glob("*.py"):
-        shutil.copyfile(f, out / "lab" / f.name)
-    (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: `pip install torch && python grpo.py`\n")
+    out = rounds.write_bundle(kata, Path(args.out))
     console.print(f"bundle for kata {kata.number} written to {out}: grpo.py, BRIEF.md, README.md, lab/")
     return 0
 
 
-COMMANDS = {"kata": cmd_kata, "run": cmd_run, "check": cmd_check, "watch": cmd_watch, "hint": cmd_hint,
-            "solution": cmd_solution, "reset": cmd_reset, "list": cmd_list, "mock": cmd_mock,
-            "mock-notes": cmd_mock_notes, "mock-end": cmd_mock_end, "bundle": cmd_bundle}
+# name: (function, what it does, why one would use it). The first part is the line in `--help`'s list; both
+# make up the command's own `--help`.
+COMMANDS = {
+    "kata": (cmd_kata, "show a kata's brief and start (or resume) your working copy in work/NN-slug/grpo.py",
+             "The first command for any kata. It copies the broken loop to the file you edit; run again, it "
+             "shows the brief and leaves your copy as it is."),
+    "run": (cmd_run, "train your copy briefly: a live table of every metric, then its curves beside the reference's",
+            "To see the symptom before reading code, and to see it go after a fix: the reference runs with the "
+            "same seed and settings, so a difference in the curves is your loop's."),
+    "check": (cmd_check, "run the hidden checks on your copy: a table by component and how many bugs are fixed",
+              "The verdict: the checks judge what your functions do, never how they are written; all passing "
+              "is solved."),
+    "watch": (cmd_watch, "rerun the checks each time your copy is saved (Ctrl-C to stop)",
+              "For an edit, save, look loop while you work on a fix."),
+    "hint": (cmd_hint, "the next rung of the kata's hint ladder, remembered",
+             "When stuck: each rung says a little more than the last. Hints taken before solving are counted."),
+    "solution": (cmd_solution, "the diff from the kata to the reference and why each planted bug matters",
+                 "After solving, to compare your fix with the reference and read what each bug does to training. "
+                 "Before solving only with --force, which is recorded and shown by list."),
+    "reset": (cmd_reset, "back up your copy to work/NN-slug/backups/ and restore the pristine kata",
+              "To start a kata over; the old attempt is kept in your progress (list still counts it solved)."),
+    "list": (cmd_list, "every kata with its tier, time box and your status",
+             "To choose what to practise next and see how far you are."),
+    "mock": (cmd_mock, "a timed mock interview round: a kata you have not solved (or N), its brief and a countdown",
+             "Practice under a clock. Ctrl-C stops the clock, not the round; mock again restarts the clock; "
+             "mock-end scores the round."),
+    "mock-notes": (cmd_mock_notes, "the interviewer's sheet: the planted bugs, the hint ladder and the rubric",
+                   "For whoever runs a round: what to look for and how to score it. It gives the answers away."),
+    "mock-end": (cmd_mock_end, "end the round: run the checks and write a scorecard to work/rounds/",
+                 "Closes the round with the time on its clock, bugs fixed, hints taken, and a rubric to fill in."),
+    "bundle": (cmd_bundle, "write what a candidate gets for a live round: the loop, its brief and lab/, nothing else",
+               "To hand a kata to someone without the checks, the reference or the catalogue."),
+}
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="grpo-katas", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="command", required=True)
-    for name in COMMANDS:
-        s = sub.add_parser(name)
+    p = argparse.ArgumentParser(prog="python -m grpo_katas.cli", description=__doc__.split("\n\n")[0],
+                                epilog="`python -m grpo_katas.cli COMMAND --help` says more about one command.")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name, (_, what, why) in COMMANDS.items():
+        s = sub.add_parser(name, help=what, description=f"{what}. {why}")
         if name not in ("list", "mock-end"):
-            s.add_argument("n", nargs="?", default=None, help="the kata number")
-    sub.choices["run"].add_argument("--steps", type=int, default=30)
-    sub.choices["run"].add_argument("--temperature", type=float, default=1.0)
-    sub.choices["run"].add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                                    help="GRPOConfig overrides for the run, e.g. beta=0.5 temperature=0.7")
-    sub.choices["watch"].add_argument("--interval", type=float, default=0.5)
-    sub.choices["solution"].add_argument("--force", action="store_true", help="reveal before solving (recorded)")
-    sub.choices["reset"].add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    sub.choices["mock"].add_argument("--tier", choices=["warm-up", "practice", "interview"], default=None)
-    sub.choices["mock"].add_argument("--minutes", type=float, default=None, help="the time box (default: the kata's)")
-    sub.choices["bundle"].add_argument("out", help="a new folder for the bundle")
+            s.add_argument("n", nargs="?", default=None, metavar="N",
+                           help="the kata number (make ... N=3); `make list` shows them all")
+    run = sub.choices["run"]
+    run.add_argument("--steps", type=int, default=30,
+                     help="training steps (default 30, a few seconds on a CPU); more to see a slow drift such as "
+                          "a creeping KL")
+    run.add_argument("--seed", type=int, default=0,
+                     help="seed of the model, the prompts and the sampling (default 0): another shows how much of a "
+                          "curve is luck; the reference runs with the same one")
+    run.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                     help="GRPOConfig overrides, e.g. beta=0.5 temperature=0.7: some symptoms show only away from "
+                          "the defaults (a brief says which)")
+    sub.choices["watch"].add_argument("--interval", type=float, default=0.5,
+                                      help="seconds between looks at the file (default 0.5)")
+    sub.choices["solution"].add_argument("--force", action="store_true",
+                                         help="reveal before solving; recorded, and shown by list")
+    sub.choices["reset"].add_argument("--yes", action="store_true",
+                                      help="do not ask for confirmation (for scripts; make reset N=.. YES=1)")
+    sub.choices["mock"].add_argument("--tier", choices=["warm-up", "practice", "interview"], default=None,
+                                     help="choose among this tier's katas: warm-up ones take 10-15 minutes, "
+                                          "interview ones are full 45-50 minute rounds")
+    sub.choices["mock"].add_argument("--minutes", type=float, default=None,
+                                     help="the time box (default: the kata's own); shorter for more pressure")
+    sub.choices["bundle"].add_argument("out", metavar="OUT", help="a new (or empty) folder for the bundle")
     return p
 
 
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
+    notes = logging.getLogger("grpo_katas")
+    if not any(isinstance(h, ConsoleNotes) for h in notes.handlers):
+        notes.addHandler(ConsoleNotes())
     try:
-        return COMMANDS[args.command](args)
+        return COMMANDS[args.command][0](args)
     except UserError as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2

@@ -11,7 +11,6 @@
 """
 import argparse
 import copy
-import statistics
 import subprocess
 import sys
 import time
@@ -19,7 +18,10 @@ import time
 import torch
 
 from grpo_katas import ROOT
-from grpo_katas.trainer import RunConfig, Trainer
+from grpo_katas.curves import summarize
+from grpo_katas.runs import RunConfig
+from grpo_katas.trainer import Trainer
+from lab import ModelConfig
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
 
@@ -40,7 +42,7 @@ def contract_on_device(device, small) -> bool:
     """The reference on `device` against the CPU, with TF32 off so the two can be compared closely."""
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    t = Trainer(RunConfig(device=str(device), batch_size=4), {"group_size": 4})
+    t = Trainer(RunConfig(device=str(device), batch_size=4, grpo={"group_size": 4}))
     grpo, task, cfg = t.grpo, t.task, t.cfg
     ok = True
     # sampling with the KV cache on the device: layout and EOS invariants
@@ -76,17 +78,15 @@ def contract_on_device(device, small) -> bool:
     ok &= check("grpo_step", rel < 1e-2, f"update differs from the CPU's by {rel:.2e} of its size")
     # a short training run on the device
     steps = 40 if not small else 10
-    history = Trainer(RunConfig(device=str(device), steps=steps), {}).fit()
-    first = statistics.mean(h["reward_mean"] for h in history[:5])
-    last = statistics.mean(h["reward_mean"] for h in history[-5:])
-    ok &= check(f"train {steps} steps", small or last > first + 0.1, f"reward {first:.2f} -> {last:.2f}")
+    s = summarize(Trainer(RunConfig(device=str(device), steps=steps)).fit())
+    ok &= check(f"train {steps} steps", small or s.last > s.first + 0.1, f"reward {s.first:.2f} -> {s.last:.2f}")
     return ok
 
 
 def throughput(device, small) -> None:
     layers, width, heads, B, steps = (8, 512, 8, 64, 12) if not small else (1, 32, 2, 4, 3)
-    t = Trainer(RunConfig(device=str(device), d_model=width, n_layer=layers, n_head=heads, batch_size=B,
-                          steps=steps), {"group_size": 16 if not small else 4})
+    t = Trainer(RunConfig(device=str(device), model=ModelConfig(d_model=width, n_layer=layers, n_head=heads),
+                          batch_size=B, steps=steps, grpo={"group_size": 16 if not small else 4}))
     n_params = sum(p.numel() for p in t.policy.parameters())
     t.train_step()  # warm-up: allocator, kernels
     if device.type == "cuda":
@@ -113,7 +113,8 @@ def throughput(device, small) -> None:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--device", default="cuda")
+    p.add_argument("--device", default="cuda",
+                   help="the device to prove (default cuda); cpu only with --small, to smoke-test this script")
     p.add_argument("--small", action="store_true", help="tiny sizes, for a smoke test of this script")
     a = p.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():

@@ -1,21 +1,22 @@
-"""Run a candidate's loop for a short training and stream what happens as JSON lines on stdout.
+"""Run a loop file for a short training and stream what happens as JSON lines on stdout.
 
-    python -m grpo_katas.runner FILE [--steps 30] [--temperature 1.0] [--num-iterations 2] [--set beta=0.5 ...]
+    python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
 
-Events: {"event": "step", ...stats}, {"event": "done", "steps": n}, {"event": "error", "message": ...}
-(the file cannot be loaded) and {"event": "crash", "type", "message", "where", "code"} (the candidate's own
-code raised). The practice CLI draws these; the runner itself never prints anything else to stdout.
+The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
+reference it is compared with. Events: {"event": "step", ...stats} (with the seconds the step took),
+{"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the settings are
+wrong; with "setting" and "problem" when RunConfig refused one) and {"event": "crash", "type", "message",
+"where", "code"} (the loop's own code raised). The practice CLI draws these; the runner itself never prints
+anything else to stdout.
 """
 import argparse
-import inspect
 import json
-import math
 import sys
 import traceback
 from pathlib import Path
 
 from grpo_katas.loader import TargetError, load_target
-from grpo_katas.trainer import parse_overrides
+from grpo_katas.runs import ConfigError, RunConfig, drive, parse_overrides
 
 
 def emit(event: str, **fields) -> None:
@@ -23,13 +24,13 @@ def emit(event: str, **fields) -> None:
 
 
 def plain(stats: dict) -> dict:
-    """Stats as JSON-safe floats, whatever types the candidate's loop logged."""
+    """Stats as floats, whatever types the candidate's loop logged (NaN and infinity stay: Python's json writes
+    and reads them); values that are not numbers are dropped."""
     out = {}
     for k, v in stats.items():
         try:
-            v = float(v)
-            out[k] = v if math.isfinite(v) else str(v)
-        except (TypeError, ValueError):
+            out[str(k)] = float(v)
+        except (TypeError, ValueError):  # a string, None, a tensor of more than one element
             continue
     return out
 
@@ -46,12 +47,13 @@ def crash_site(exc: BaseException, path: Path) -> tuple:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="run a GRPO loop briefly and stream its stats")
-    parser.add_argument("file")
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--temperature", type=float, default=1.0)
-    parser.add_argument("--num-iterations", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="GRPOConfig overrides")
+    parser.add_argument("file", help="a loop file implementing the contract (a kata, your copy, the reference)")
+    parser.add_argument("--steps", type=int, default=30, help="training steps (default 30: a few seconds)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the model, prompts and sampling (default 0)")
+    parser.add_argument("--device", default="cpu",
+                        help="cpu (default: the lab model is too small for a GPU to help), cuda or auto")
+    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="GRPOConfig overrides on top of the practice defaults, typed by the file's GRPOConfig")
     args = parser.parse_args(argv)
     path = Path(args.file).resolve()
     try:
@@ -59,26 +61,17 @@ def main(argv=None) -> int:
     except TargetError as exc:
         emit("error", message=str(exc))
         return 2
-
-    import torch
-    from lab import ModelConfig, SumTask, TinyLM
-
     try:
-        overrides = {"temperature": args.temperature, "num_iterations": args.num_iterations,
-                     **parse_overrides(args.set, grpo.GRPOConfig)}
+        run = RunConfig(steps=args.steps, seed=args.seed, device=args.device,
+                        grpo=parse_overrides(args.set, grpo.GRPOConfig))
+    except ConfigError as exc:
+        emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
+        return 2
     except ValueError as exc:
         emit("error", message=str(exc))
         return 2
     try:
-        torch.manual_seed(args.seed)
-        cfg = grpo.GRPOConfig(**overrides)
-        kwargs = {"steps": args.steps, "batch_size": 16, "seed": args.seed}
-        if "log" in inspect.signature(grpo.train).parameters:
-            kwargs["log"] = lambda stats: emit("step", **plain(stats))
-            grpo.train(TinyLM(ModelConfig()), SumTask(), cfg, **kwargs)
-        else:
-            for i, stats in enumerate(grpo.train(TinyLM(ModelConfig()), SumTask(), cfg, **kwargs), 1):
-                emit("step", **{"step": i, **plain(stats)})
+        drive(grpo, run, lambda stats: emit("step", **plain(stats)))
     except BaseException as exc:  # the candidate's code: show it as their error, briefly
         where, code = crash_site(exc, path)
         emit("crash", type=type(exc).__name__, message=str(exc).splitlines()[0] if str(exc) else "",

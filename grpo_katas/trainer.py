@@ -7,6 +7,7 @@ It drives the contract functions of solutions/grpo.py (generate, grpo_step: the 
 from that file, not copied) and adds what a run needs around them: the device (CUDA when there is one), bf16
 autocast on CUDA (log-softmax stays in float32 inside the reference), the lab model's KV cache for sampling,
 an optional torch.compile, atomic checkpoints with exact resume, metrics as JSON lines, and a live display.
+Its settings are a runs.RunConfig, the same as `make run`'s, and its steps are the reference train()'s steps.
 The Trainer class logs plain dicts; rich is used only by main(), at the edge.
 """
 import argparse
@@ -17,60 +18,16 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from grpo_katas import REFERENCE
+from grpo_katas.curves import PLOT_HINT, plot_png, summarize
 from grpo_katas.loader import load_target
-from lab import ModelConfig, TinyLM, make_task
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    task: str = "sum"             # a lab task: sum (default) or copy
-    steps: int = 200              # training steps (one batch of rollouts each)
-    batch_size: int = 16          # B prompts per step; N = B * group_size rows
-    seed: int = 0
-    device: str = "auto"          # auto takes CUDA when it is there
-    d_model: int = 64             # lab model width (512 for the GPU check)
-    n_layer: int = 2              # lab model depth (8 for the GPU check)
-    n_head: int = 4
-    compile: bool = False         # torch.compile the policy
-    checkpoint_every: int = 50    # steps between checkpoints when --out is given
-    target_reward: float = 0.9    # the summary reports the first step whose 5-step mean reaches it
-
-
-# The trainer's GRPO settings where they differ from GRPOConfig's: two updates per batch make the clip bite,
-# and the toy tasks never need more than 6 tokens. Both are overridable with --set.
-GRPO_DEFAULTS = {"num_iterations": 2, "max_new_tokens": 6}
-
-
-def parse_overrides(pairs, cls) -> dict:
-    """["beta=0.1", "lr=3e-3"] -> {"beta": 0.1, "lr": 0.003}, typed by cls's fields; unknown keys are an error."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    out = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep:
-            raise ValueError(f"override {pair!r} is not key=value")
-        if key not in fields:
-            raise ValueError(f"unknown setting {key!r}; valid: {', '.join(fields)}")
-        kind = type(fields[key].default)
-        try:
-            out[key] = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
-        except ValueError:
-            raise ValueError(f"{key} takes a {kind.__name__}, got {raw!r}") from None
-    return out
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
-    return torch.device(name)
+from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, grpo_config, parse_overrides,
+                             resolve_device)
+from lab import ModelConfig
 
 
 def save_atomic(obj, path: Path) -> None:
@@ -80,16 +37,15 @@ def save_atomic(obj, path: Path) -> None:
 
 
 class Trainer:
-    def __init__(self, run: RunConfig, grpo_overrides: dict, out: Path | None = None):
+    """The reference's train() taken apart, so that a run can be checkpointed and resumed between steps."""
+
+    def __init__(self, run: RunConfig, out: Path | None = None):
         self.grpo = load_target(REFERENCE)
         self.run = run
-        self.cfg = self.grpo.GRPOConfig(**{**GRPO_DEFAULTS, **grpo_overrides})
+        self.cfg = grpo_config(self.grpo, run)
         self.device = resolve_device(run.device)
-        self.task = make_task(run.task)
         self.out = out
-        torch.manual_seed(run.seed)
-        self.model_cfg = ModelConfig(d_model=run.d_model, n_layer=run.n_layer, n_head=run.n_head)
-        self.policy = TinyLM(self.model_cfg).to(self.device)
+        self.policy, self.task = build(run, self.device)
         self.ref = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.lr)
         self.prompt_gen = torch.Generator().manual_seed(run.seed)
@@ -100,8 +56,7 @@ class Trainer:
             else contextlib.nullcontext
 
     def config(self) -> dict:
-        return {"run": dataclasses.asdict(self.run), "grpo": dataclasses.asdict(self.cfg),
-                "model": dataclasses.asdict(self.model_cfg), "device": str(self.device)}
+        return {"run": dataclasses.asdict(self.run), "grpo": dataclasses.asdict(self.cfg), "device": str(self.device)}
 
     def train_step(self) -> dict:
         """One step: B prompts, G completions each (KV-cached sampling), rewards, one grpo_step."""
@@ -140,10 +95,16 @@ class Trainer:
 
     @classmethod
     def resume(cls, out: Path, steps: int | None = None) -> "Trainer":
-        state = torch.load(out / "checkpoint.pt", weights_only=False)
-        saved = state["config"]
-        run = RunConfig(**{**saved["run"], **({"steps": steps} if steps else {})})
-        trainer = cls(run, dict(saved["grpo"]), out)
+        path = out / "checkpoint.pt"
+        try:
+            state = torch.load(path, weights_only=False)
+            saved = state["config"]
+        except Exception as exc:  # torch says "PytorchStreamReader failed ..." and the like; say what to do
+            raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated; "
+                             f"delete it to start the run afresh, or resume from a copy of a good one") from None
+        run = RunConfig.from_dict({**saved["run"], "grpo": saved["grpo"],
+                                   **({"steps": steps} if steps is not None else {})})
+        trainer = cls(run, out)
         trainer.load(state)
         keep_metrics(out / "metrics.jsonl", trainer.step)
         return trainer
@@ -173,51 +134,45 @@ def keep_metrics(path: Path, upto: int) -> None:
         path.write_text("".join(l + "\n" for l in lines))
 
 
-def reached(history: list, target: float, window: int = 5) -> int | None:
-    rewards = [h["reward_mean"] for h in history]
-    for i in range(window, len(rewards) + 1):
-        if sum(rewards[i - window:i]) / window >= target:
-            return history[i - 1]["step"]
-    return None
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m grpo_katas.trainer",
+                                description="train the reference GRPO loop on a lab task, with a live display")
+    practice = " ".join(f"{k}={v}" for k, v in PRACTICE_GRPO.items())
+    for f in dataclasses.fields(RunConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name in ("model", "grpo"):
+            continue
+        if f.type in (bool, "bool"):
+            p.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
+        else:
+            p.add_argument(flag, type=type(f.default), default=None, help=f.metadata["help"])
+    for name, text in MODEL_HELP.items():
+        p.add_argument("--" + name.replace("_", "-"), type=int, default=None, help=text)
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help=f"GRPOConfig overrides on top of the practice defaults ({practice}), e.g. beta=0.1 "
+                        "lr=3e-3: to see what a setting does to the curves; unknown keys are rejected")
+    p.add_argument("--out", type=Path, default=None,
+                   help="a folder for config.json, metrics.jsonl, curve.png and checkpoint.pt: give one to keep a "
+                        "run, plot it later or resume it")
+    p.add_argument("--resume", action="store_true",
+                   help="continue the run in --out exactly where its checkpoint left it (--steps sets a new "
+                        "target): after a crash, or to train longer")
+    return p
 
 
-def plot(history: list, path: Path) -> bool:
-    """reward and KL curves as a PNG, when matplotlib is installed (an optional extra)."""
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    steps = [h["step"] for h in history]
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(steps, [h["reward_mean"] for h in history], label="reward mean")
-    ax2 = ax.twinx()
-    ax2.plot(steps, [h["kl"] for h in history], color="tab:red", label="kl")
-    ax.set_xlabel("step"), ax.set_ylabel("reward"), ax2.set_ylabel("kl")
-    fig.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return True
+def flag_error(exc: ConfigError) -> str:
+    """A setting's error in the words of the flag that sets it: `--steps must be at least 1, got -5`."""
+    if exc.setting in {f.name for f in dataclasses.fields(RunConfig)} - {"model", "grpo"}:
+        return f"--{exc.setting.replace('_', '-')} {exc.problem}"
+    return str(exc)
 
 
 def main(argv=None) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    p = argparse.ArgumentParser(description="train the reference GRPO loop on a lab task")
-    for f in dataclasses.fields(RunConfig):
-        flag = "--" + f.name.replace("_", "-")
-        if f.type in (bool, "bool"):
-            p.add_argument(flag, action="store_true", help=f"default {f.default}")
-        else:
-            p.add_argument(flag, type=type(f.default), default=None, help=f"default {f.default}")
-    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                   help="GRPOConfig overrides, e.g. beta=0.1 lr=3e-3 (unknown keys are rejected)")
-    p.add_argument("--out", type=Path, default=None, help="folder for config, metrics, curve and checkpoints")
-    p.add_argument("--resume", action="store_true", help="continue from --out's checkpoint")
-    a = p.parse_args(argv)
+    a = parser().parse_args(argv)
     console = Console(highlight=False)
     try:
         if a.resume:
@@ -227,14 +182,20 @@ def main(argv=None) -> int:
             console.print(f"resuming {a.out} at step {trainer.step} of {trainer.run.steps}")
         else:
             given = {f.name: getattr(a, f.name) for f in dataclasses.fields(RunConfig)
-                     if getattr(a, f.name) not in (None, False)}
-            trainer = Trainer(RunConfig(**given), parse_overrides(a.set, load_target(REFERENCE).GRPOConfig), a.out)
+                     if f.name not in ("model", "grpo") and getattr(a, f.name) is not None}
+            model = {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) is not None}
+            grpo = parse_overrides(a.set, load_target(REFERENCE).GRPOConfig)
+            run = RunConfig(**given, model=ModelConfig(**model), grpo=grpo)
+            trainer = Trainer(run, a.out)
+    except ConfigError as exc:
+        console.print(f"[red]error:[/] {escape(flag_error(exc))}")
+        return 2
     except (ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
     run = trainer.run
     console.print(f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "
-                  f"G={trainer.cfg.group_size}, model {run.n_layer}x{run.d_model}")
+                  f"G={trainer.cfg.group_size}, model {run.model.n_layer}x{run.model.d_model}")
     cols = [TextColumn("step {task.completed:.0f}/{task.total:.0f}"), BarColumn(),
             TextColumn("{task.fields[line]}"), TimeRemainingColumn()]
     start = time.perf_counter()
@@ -252,17 +213,15 @@ def main(argv=None) -> int:
     if not history:
         console.print("nothing to do: the run is already at its last step")
         return 0
-    first = sum(h["reward_mean"] for h in history[:5]) / min(5, len(history))
-    last = sum(h["reward_mean"] for h in history[-5:]) / min(5, len(history))
-    hit = reached(history, run.target_reward)
-    console.print(f"reward {first:.3f} -> {last:.3f} (mean of the first and last 5 steps) in "
+    s = summarize(history, target=run.target_reward)
+    console.print(f"reward {s.first:.3f} -> {s.last:.3f} (mean of the first and last 5 steps) in "
                   f"{time.perf_counter() - start:.1f} s; "
-                  + (f"5-step mean reached {run.target_reward} at step {hit}" if hit else
+                  + (f"5-step mean reached {run.target_reward} at step {s.reached}" if s.reached else
                      f"5-step mean never reached {run.target_reward}"))
     if trainer.out is not None:
-        drawn = plot(history, trainer.out / "curve.png")
+        drawn = plot_png({"reference": history}, trainer.out / "curve.png", f"make train: {run.task}")
         console.print(f"written to {trainer.out}: config.json, metrics.jsonl, checkpoint.pt"
-                      + (", curve.png" if drawn else " (pip install matplotlib for curve.png)"))
+                      + (", curve.png" if drawn else f" ({PLOT_HINT})"))
     return 0
 
 

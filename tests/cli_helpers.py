@@ -19,3 +19,12 @@ def copy_of(repo, n=1):
 
 def state(repo):
     return json.loads((repo / "work" / "state.json").read_text())
+
+
+def fake_venv(repo):
+    """A .venv in the repository copy whose python is this one, stamped as installed, so make targets run there."""
+    python = repo / ".venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    python.chmod(0o755)
+    (repo / ".venv" / ".installed").touch()

@@ -4,7 +4,7 @@ import re
 from collections import Counter
 
 from grpo_katas import REFERENCE
-from grpo_katas.catalogue import COMPONENTS, TIERS, kata_source, load_bugs, load_katas, plant
+from grpo_katas.catalogue import COMPONENTS, TIERS, fixed_bugs, kata_source, load_bugs, load_katas, plant
 
 BUGS, KATAS = load_bugs(), load_katas()
 
@@ -47,7 +47,6 @@ def test_nothing_in_a_kata_gives_a_bug_away():
 
 
 def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
-    from grpo_katas.catalogue import fixed_bugs
     from grpo_katas.matrix import Verdict
     kata = next(k for k in KATAS if k.number == 18)
     still_broken = ["adv-tiled-groups", "kl-beta-hardcoded"]

@@ -1,11 +1,14 @@
 """The practice CLI, driven in subprocesses on a temporary copy of the repository. Run: pytest tests/test_cli.py"""
+import argparse
+import re
 import shutil
 import subprocess
 import sys
 
 import pytest
 
-from tests.cli_helpers import ENV, cli, copy_of, state
+from grpo_katas import ROOT
+from tests.cli_helpers import ENV, cli, copy_of, fake_venv, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -18,19 +21,28 @@ def test_start_then_resume_never_overwrites(repo):
     assert "started" in state(repo)["katas"]["1"]
 
 
+@pytest.mark.timeout(180)  # two runs of the checks; the plugin's 60 s per item is meant for one check
 def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     cli(repo, "kata", "1")
     code, out = cli(repo, "check", "1")
     assert code == 1 and "0 of 1 bugs fixed" in out and "fail" in out
+    cli(repo, "hint", "1")
     shutil.copyfile(repo / "solutions" / "grpo.py", copy_of(repo))
     code, out = cli(repo, "check", "1")
-    assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out
+    assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out and "1 hint(s)" in out
     assert state(repo)["katas"]["1"]["solved"]
+    cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/24 solved" in out
+    assert row(out, 1).split("│")[-2].strip() == "1" and state(repo)["katas"]["1"]["hints"] == 2
     cli(repo, "reset", "1", "--yes")
     code, out = cli(repo, "list")
     assert "solved before a reset" in out and "1/24 solved" in out
+
+
+def row(table: str, n: int) -> str:
+    """Kata n's row in `make list`'s table."""
+    return next(l for l in table.splitlines() if l.startswith(f"│ {n} "))
 
 
 def test_hints_come_in_order_and_are_remembered(repo):
@@ -45,6 +57,9 @@ def test_solution_is_refused_before_solving_and_a_forced_reveal_is_recorded(repo
     code, out = cli(repo, "solution", "1", "--force")
     assert code == 0 and "kl-sign-flipped" in out and "solutions/grpo.py" in out
     assert state(repo)["katas"]["1"]["revealed_unsolved"]
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "list")
+    assert "in progress (solution revealed)" in row(out, 1) and "revealed" not in row(out, 2)
 
 
 def test_reset_asks_then_keeps_a_backup(repo):
@@ -129,3 +144,98 @@ def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
                                              '    raise ValueError("bad [/shape] in [grpo_x]")\n    """Reference = frozen deepcopy'))
     code, out = cli(repo, "run", "2", "--steps", "1")
     assert code == 1 and "bad [/shape] in [grpo_x]" in out
+
+
+def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_target():
+    from grpo_katas import cli as practice, trainer
+    code, out = cli(ROOT, "--help")
+    assert code == 0 and all(name in out for name in practice.COMMANDS)
+    sub = next(a for a in practice.parser()._actions if isinstance(a, argparse._SubParsersAction))
+    for name, command in sub.choices.items():
+        assert len(command.description) > 60 and all(a.help for a in command._actions), name
+    assert all(len(a.help) > 20 for a in trainer.parser()._actions), "a trainer flag without help"
+    make = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    phony = next(l for l in (ROOT / "Makefile").read_text().splitlines() if l.startswith(".PHONY:")).split()[1:]
+    assert [t for t in phony if t != "help" and f"make {t}" not in make] == []
+
+
+@pytest.mark.parametrize("steps", ["0", "-5"])
+def test_run_refuses_a_step_count_below_one(repo, steps):
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", steps)
+    assert code == 2 and out.strip() == f"error: --steps must be at least 1, got {steps}"
+
+
+def test_make_check_with_an_empty_n_says_which_kata_instead_of_checking_the_reference(repo):
+    fake_venv(repo)
+    r = subprocess.run(["make", "check", "N="], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode == 2 and "which kata?" in r.stdout and "passed" not in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("text", ['{"katas": {"1": []}}', '{"katas": {"1": {"hints": "two"}}}',
+                                  '{"katas": {}, "round": {"kata": 7}}', '[1, 2]'])
+def test_a_state_file_of_the_wrong_shape_is_set_aside(repo, text):
+    cli(repo, "kata", "1")
+    (repo / "work" / "state.json").write_text(text)
+    code, out = cli(repo, "list")
+    assert code == 0 and "set aside" in out and "not started" in out
+    assert [p.read_text() for p in (repo / "work").glob("state.json.corrupt-*")] == [text]
+
+
+def test_a_state_file_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(repo):
+    import resource
+    cli(repo, "kata", "1")
+    before = (repo / "work" / "state.json").read_text()
+
+    def small_files():  # every write past 40 bytes fails (EFBIG), as on a full disk; stdout is a pipe
+        resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "hint", "1"], cwd=repo, capture_output=True,
+                       text=True, timeout=120, env=ENV, preexec_fn=small_files)
+    assert r.returncode == 2 and r.stdout.startswith("error: cannot save your progress") and not r.stderr
+    assert sorted(p.name for p in (repo / "work").iterdir()) == ["01-kl-creep", "state.json"]
+    assert (repo / "work" / "state.json").read_text() == before
+
+
+@pytest.mark.timeout(180)  # four training runs in fresh processes
+def test_run_shows_every_metric_then_the_curves_beside_the_reference_which_is_cached(repo):
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", "3")
+    header = next(l for l in out.splitlines() if "reward" in l and "step" in l)
+    assert code == 0 and all(h in header for h in ["max", "kl", "loss", "clip", "gnorm", "adv std", "len", "s/step"])
+    assert "kata 1 (yours)" in out and "reference (solutions/grpo.py)" in out
+    curves = {m[1]: m[0] for m in re.finditer(r"^ +(reward|KL|grad norm)  .*$", out, re.MULTILINE)}
+    assert set(curves) == {"reward", "KL", "grad norm"}
+    assert all(sum(c in "▁▂▃▄▅▆▇█" for c in line) == 6 for line in curves.values())  # 3 steps, yours and the reference
+    assert "the reference:" in out and "(cached)" not in out
+    assert len(list((repo / "work" / "cache").glob("reference-run-*.json"))) == 1
+    code, out = cli(repo, "run", "1", "--steps", "3")
+    assert code == 0 and "(cached)" in out
+
+
+QUIET_LOOP = '''
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    group_size: int = 8
+    max_new_tokens: int = 8
+    num_iterations: int = 1
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed):  # no log=: the runner gets the list at the end
+    return [{"reward_mean": 0.1 * i, "kl": math.nan if i == 2 else 0.01, "loss": 1.0, "ratio_dev": 0.5}
+            for i in range(steps)]
+'''
+
+
+def test_run_shows_only_the_columns_a_loop_reports_and_marks_values_that_are_not_finite(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(QUIET_LOOP)
+    code, out = cli(repo, "run", "2", "--steps", "4")
+    header = next(l for l in out.splitlines() if "reward" in l and "step" in l)
+    assert code == 0 and "ratio dev" in header and "s/step" in header and "gnorm" not in header and "clip" not in header
+    kl = re.search(r"^ +KL  .*$", out, re.MULTILINE)[0]
+    grad = re.search(r"^ +grad norm  .*$", out, re.MULTILINE)[0]
+    assert "×" in kl and "not reported" in grad

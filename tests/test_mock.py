@@ -1,9 +1,13 @@
 """Mock rounds, the interviewer's sheet, scorecards and the candidate bundle. Run: pytest tests/test_mock.py"""
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
+
+import pytest
 
 from grpo_katas.catalogue import find_kata
 from tests.cli_helpers import ENV, cli
@@ -25,11 +29,18 @@ def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     assert code == 0 and "half time" in out and "time is up" in out and "Traceback" not in out
     code, out = cli(repo, "mock", "8")
     assert code == 2 and "in progress" in out
+    time.sleep(3)  # off the clock: Ctrl-C stopped it
+    code, out = start_round(repo)  # resumed: the clock starts again, time is up at once
+    assert code == 0 and "resuming the round" in out
+    time.sleep(2)  # off the clock again
     code, out = cli(repo, "mock-end")
     assert code == 0 and "bugs fixed: 0 of 1" in out
     cards = sorted((repo / "work" / "rounds").glob("*.json"))
     card = json.loads(cards[0].read_text())
     assert card["kata"] == 7 and card["checks"]["total"] == 34 and set(card["rubric"]) >= {"hypothesis", "fix"}
+    spans = [(datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() for a, b in card["clock"]]
+    wall = (datetime.fromisoformat(card["ended"]) - datetime.fromisoformat(card["started"])).total_seconds()
+    assert len(spans) == 2 and abs(card["seconds_used"] - sum(spans)) <= 1 and card["seconds_used"] <= wall - 3
     code, out = cli(repo, "mock-end")
     assert code == 2 and "no mock round" in out
 
@@ -67,3 +78,28 @@ def test_the_bundle_runs_on_its_own_and_holds_no_answers(repo, tmp_path):
                          timeout=300)
     assert run.returncode == 0 and "step  40 | reward" in run.stdout
     assert cli(repo, "bundle", "7", str(out_dir))[0] == 2  # never overwrites
+
+
+def test_catalogue_text_in_brackets_is_shown_as_written(repo):
+    tiled = "[p1, p2, p1, p2]"  # sampling-tiled-groups' text, planted in kata 14
+    code, out = cli(repo, "mock-notes", "14")
+    assert code == 0 and tiled in out
+    code, out = cli(repo, "solution", "14", "--force")
+    assert code == 0 and tiled in out
+
+
+def test_a_bundle_folder_that_cannot_be_written_is_one_line(repo, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    code, out = cli(repo, "bundle", "7", str(blocker / "bundle"))  # a folder inside a file: never writable
+    assert code == 2 and out.startswith("error: cannot write the bundle") and "Not a directory" in out
+    code, out = cli(repo, "bundle", "7", str(blocker))
+    assert code == 2 and "not an empty folder" in out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    code, out = cli(repo, "bundle", "7", str(locked / "bundle"))
+    assert code == 2 and "cannot write the bundle" in out and "Permission denied" in out

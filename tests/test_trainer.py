@@ -7,10 +7,16 @@ import sys
 import pytest
 import torch
 
-from grpo_katas import ROOT
-from grpo_katas.trainer import RunConfig, Trainer, parse_overrides
+from grpo_katas import REFERENCE, ROOT
+from grpo_katas.loader import load_target
+from grpo_katas.curves import summarize
+from grpo_katas.runs import RunConfig, drive, parse_overrides
+from grpo_katas.trainer import Trainer
+from lab import ModelConfig
+from tests.cli_helpers import ENV
 
-SMALL = dict(steps=4, batch_size=4, d_model=16, n_layer=1, n_head=2, device="cpu", checkpoint_every=2)
+SMALL = dict(steps=4, batch_size=4, model=ModelConfig(d_model=16, n_layer=1, n_head=2), device="cpu",
+             checkpoint_every=2, grpo={"group_size": 4})
 
 
 def test_overrides_are_typed_and_unknown_keys_rejected():
@@ -31,8 +37,8 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
 
 
 def test_a_resumed_run_matches_an_uninterrupted_one(tmp_path):
-    straight = Trainer(RunConfig(**SMALL), {"group_size": 4}).fit()
-    first = Trainer(RunConfig(**{**SMALL, "steps": 2}), {"group_size": 4}, tmp_path)
+    straight = Trainer(RunConfig(**SMALL)).fit()
+    first = Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path)
     first.fit()
     resumed = Trainer.resume(tmp_path, steps=4)
     assert resumed.step == 2
@@ -45,11 +51,40 @@ def test_a_resumed_run_matches_an_uninterrupted_one(tmp_path):
 
 
 def test_a_checkpoint_is_replaced_atomically(tmp_path):
-    t = Trainer(RunConfig(**SMALL), {"group_size": 4}, tmp_path)
+    t = Trainer(RunConfig(**SMALL), tmp_path)
     t.fit()
     assert (tmp_path / "checkpoint.pt").exists() and not list(tmp_path.glob("*.tmp"))
     state = torch.load(tmp_path / "checkpoint.pt", weights_only=False)
     assert state["step"] == 4 and state["config"]["grpo"]["group_size"] == 4
+
+
+def test_the_trainer_takes_the_same_steps_as_the_references_own_train():
+    """make train (resumable steps) and make run's reference curve (the file's train() through runs.drive)."""
+    run = RunConfig(**SMALL)
+    trainer = Trainer(run).fit()
+    driven = drive(load_target(REFERENCE), run)
+    for a, b in zip(trainer, driven, strict=True):
+        assert a["step"] == b["step"] and a["reward_mean"] == b["reward_mean"]
+        assert a["loss"] == pytest.approx(b["loss"], abs=1e-6) and a["kl"] == pytest.approx(b["kl"], abs=1e-6)
+
+
+def test_drive_takes_a_train_with_or_without_a_log_callback():
+    class Quiet:  # a loop whose train only returns its list
+        GRPOConfig = load_target(REFERENCE).GRPOConfig
+
+        @staticmethod
+        def train(policy, task, cfg, *, steps, batch_size, seed):
+            return [{"reward_mean": 0.5, "kl": 0.0, "loss": 1.0} for _ in range(steps)]
+    seen = []
+    history = drive(Quiet, RunConfig(**SMALL), seen.append)
+    assert [h["step"] for h in history] == [1, 2, 3, 4] and seen == history and all(h["seconds"] >= 0 for h in seen)
+
+
+def test_summarize_gives_window_means_and_the_step_a_target_is_reached():
+    history = [{"step": i, "reward_mean": r} for i, r in enumerate([0.0, 0.2, 0.4, 1.0, 1.0, 1.0], 1)]
+    s = summarize(history, target=0.8, window=2)
+    assert (s.first, s.last, s.reached) == (pytest.approx(0.1), 1.0, 5)
+    assert summarize(history[:1]).first == 0.0 and summarize(history, target=2.0).reached is None
 
 
 def test_two_steps_from_the_command_line(tmp_path):
@@ -69,3 +104,42 @@ def test_the_gpu_check_script_runs_its_cpu_smoke_test():
     r = subprocess.run([sys.executable, "-m", "grpo_katas.gpu_check", "--device", "cpu", "--small"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "gpu-check passed" in r.stdout and "FAIL" not in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("steps", ["0", "-5"])
+def test_a_step_count_below_one_is_refused_in_one_line(steps):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--steps", steps], cwd=ROOT, capture_output=True,
+                       text=True, timeout=120, env=ENV)
+    assert r.returncode == 2 and (r.stdout + r.stderr).strip() == f"error: --steps must be at least 1, got {steps}"
+
+
+def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
+    Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path).fit()
+    ckpt = tmp_path / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--out", str(tmp_path), "--resume"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "300"})
+    out = (r.stdout + r.stderr).strip()
+    assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "delete it" in out, out
+
+
+def test_every_bench_stage_reports_its_progress():
+    from grpo_katas import bench
+    seen = []
+
+    def tick(stage):
+        return lambda done, total, note="": seen.append((stage, done, total))
+    t = Trainer(RunConfig(**SMALL))
+    bench.bench_sampling(t, new_tokens=4, repeats=1, tick=tick("sampling"))
+    bench.bench_time_to_target("cpu", seeds=(0,), max_steps=2, tick=lambda seed: tick(f"seed {seed}"))
+    bench.bench_breakdown(t, steps=2, tick=tick("breakdown"))
+    assert seen == [("sampling", 1, 2), ("sampling", 2, 2), ("seed 0", 1, 2), ("seed 0", 2, 2),
+                    ("breakdown", 1, 2), ("breakdown", 2, 2)]
+
+
+def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
+    pytest.importorskip("matplotlib")
+    from grpo_katas.curves import plot_png
+    history = [{"step": i, "reward_mean": 0.1 * i, "kl": 0.01 * i, "grad_norm": 1.0} for i in range(1, 6)]
+    assert plot_png({"yours": history, "reference": history[:3]}, tmp_path / "run.png", "a title")
+    assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,104 @@
+"""Training curves: the one summary of a run (where a curve starts and ends, where it reaches a target), terminal
+sparklines (plain strings; the CLI colours them) and a PNG when matplotlib, an optional extra, is installed.
+`make run` shows a kata's curves beside the reference's; `make train` writes the reference's to curve.png.
+"""
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+# (stats key, label, digits): the curves a run is judged by, in the order they are drawn.
+CURVES = [("reward_mean", "reward", 2), ("kl", "KL", 4), ("grad_norm", "grad norm", 2)]
+BARS = "▁▂▃▄▅▆▇█"
+NOT_FINITE = "×"
+PLOT_HINT = "for a PNG of these curves: .venv/bin/pip install matplotlib (the optional [plot] extra)"
+
+
+def series(history: list, key: str, steps: int, width: int = 40) -> list:
+    """The value of `key` over steps 1..steps, averaged into at most `width` equal buckets of steps. A bucket is
+    None where the run has no value (it stopped early, or never reports `key`) and nan where a value is not finite."""
+    by_step = {int(h["step"]): h[key] for h in history if key in h and isinstance(h.get("step"), (int, float))}
+    width = max(1, min(width, steps))
+    out = []
+    for b in range(width):
+        values = [by_step[s] for s in range(b * steps // width + 1, (b + 1) * steps // width + 1) if s in by_step]
+        if not values:
+            out.append(None)
+        elif not all(math.isfinite(v) for v in values):
+            out.append(math.nan)
+        else:
+            out.append(sum(values) / len(values))
+    return out
+
+
+def sparkline(values: list, lo: float, hi: float) -> str:
+    """One character per value, from ▁ at lo to █ at hi; × where a value is not finite, a space where it is None.
+    Give two runs the same lo and hi and their heights compare."""
+    chars = []
+    for v in values:
+        if v is None:
+            chars.append(" ")
+        elif not math.isfinite(v):
+            chars.append(NOT_FINITE)
+        else:
+            level = (v - lo) / (hi - lo) if hi > lo else 0.5
+            chars.append(BARS[min(len(BARS) - 1, max(0, int(level * len(BARS))))])
+    return "".join(chars)
+
+
+def shared_range(*runs: list) -> tuple:
+    """(lo, hi) over the finite values of every series given."""
+    finite = [v for run in runs for v in run if v is not None and math.isfinite(v)]
+    return (min(finite), max(finite)) if finite else (0.0, 1.0)
+
+
+def plot_png(runs: dict, path: Path, title: str = "") -> bool:
+    """One panel per curve in CURVES, one line per run ({label: history}); False when matplotlib is missing."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, axes = plt.subplots(len(CURVES), 1, figsize=(7, 2.2 * len(CURVES)), sharex=True)
+    for ax, (key, label, _) in zip(axes, CURVES):
+        for name, history in runs.items():
+            points = [(h["step"], h[key]) for h in history if key in h]
+            if points:
+                ax.plot(*zip(*points), label=name)
+        ax.set_ylabel(label)
+    axes[0].legend(loc="best")
+    axes[-1].set_xlabel("step")
+    if title:
+        axes[0].set_title(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True
+
+
+def _number(v) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+@dataclass(frozen=True)
+class Summary:
+    first: float            # mean of the first `window` values (fewer when the run is shorter); nan when empty
+    last: float             # mean of the last `window` values
+    reached: int | None     # the step at which the trailing `window`-step mean first reached the target
+
+
+def summarize(history: list, key: str = "reward_mean", target: float | None = None, window: int = 5) -> Summary:
+    """Where a curve starts and ends, as `window`-step means, and where it first reaches `target`."""
+    values = [_number(h.get(key)) for h in history]
+
+    def mean(xs):
+        return sum(xs) / len(xs) if xs else math.nan
+
+    reached = None
+    if target is not None:
+        reached = next((history[i - 1]["step"] for i in range(window, len(values) + 1)
+                        if mean(values[i - window:i]) >= target), None)
+    return Summary(mean(values[:window]), mean(values[-window:]), reached)

@@ -1,0 +1,144 @@
+"""Mock interview rounds: choosing a kata, the open round in work/state.json, the rubric, the scorecard, and the
+bundle a candidate gets for a live round.
+
+    "round": {"kata": 7, "started": ISO, "minutes": 45, "hints_at_start": 0, "clock": [[ISO, ISO], [ISO, null]]}
+
+The clock runs in spans: `make mock` starts one, Ctrl-C ends it, `make mock` again starts the next; the time used
+is the sum of the spans (an open span counts up to now).
+
+A scorecard is written to work/rounds/<date>-<time>-kata-NN.md and .json and never overwrites another.
+The countdown itself is drawn by the CLI.
+"""
+import json
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+
+from grpo_katas import ROOT, UserError
+from grpo_katas.catalogue import fixed_bugs, load_bugs, load_katas
+from grpo_katas.progress import WORK, hints_counted, load_state, now, record_of, save_state
+
+RUBRIC = [
+    ("hypothesis", "states what the symptom implies before touching code"),
+    ("reproduction", "makes the symptom show on demand (a run, a print, a tiny test)"),
+    ("root cause", "names the property that is violated, not just the line"),
+    ("fix", "the smallest change that restores the property, and nothing else broken"),
+    ("explanation", "says why it matters for training, with the paper or the common implementations as backup"),
+]
+
+
+def pick(state: dict, tier: str | None):
+    """A kata of the tier (any tier when None) that is not solved yet; which one depends on the time of day."""
+    katas = [k for k in load_katas() if (not tier or k.tier == tier)
+             and not state["katas"].get(str(k.number), {}).get("solved")]
+    if not katas:
+        raise UserError(f"every {tier + ' ' if tier else ''}kata is solved; name one with N=")
+    return katas[int(time.time()) % len(katas)]
+
+
+def open_round(kata, minutes: float) -> dict:
+    state = load_state()
+    state["round"] = {"kata": kata.number, "started": now(), "minutes": minutes,
+                      "hints_at_start": record_of(state, kata)["hints"], "clock": []}
+    save_state(state)
+    return state["round"]
+
+
+def start_clock() -> dict:
+    """Start a span of the open round's clock and return the round. A span left open (its countdown was killed
+    rather than stopped with Ctrl-C) is closed now: the clock ran all that time."""
+    state = load_state()
+    clock = state["round"].setdefault("clock", [])
+    at = now()
+    if clock and clock[-1][1] is None:
+        clock[-1][1] = at
+    clock.append([at, None])
+    save_state(state)
+    return state["round"]
+
+
+def stop_clock() -> None:
+    """End the open span of the round's clock (Ctrl-C in the countdown)."""
+    state = load_state()
+    clock = state.get("round", {}).get("clock")
+    if clock and clock[-1][1] is None:
+        clock[-1][1] = now()
+        save_state(state)
+
+
+def seconds_used(active: dict, at: str) -> float:
+    """Seconds on the round's clock at the time `at` (ISO): the sum of its spans, an open one counted up to `at`.
+    A round saved before the clock had spans counts from its start."""
+    spans = active.get("clock", [[active["started"], None]])
+    return sum((datetime.fromisoformat(stop or at) - datetime.fromisoformat(start)).total_seconds()
+               for start, stop in spans)
+
+
+def close_round(kata, results: dict | None, error: str | None, ended: str) -> tuple[dict, Path]:
+    """Write the scorecard of the open round (results from the checks, or the error that stopped them) and close
+    the round. Returns the card and the Markdown file's path."""
+    state = load_state()
+    active = state["round"]
+    if results is not None:
+        checks = {"passed": sum(r.passed for r in results.values()), "total": len(results), "error": None}
+        fixed = fixed_bugs(kata, load_bugs(), results)
+    else:
+        checks, fixed = {"passed": 0, "total": 0, "error": error}, 0
+    hints = max(0, hints_counted(record_of(state, kata)) - active.get("hints_at_start", 0))
+    card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
+            "ended": ended, "seconds_used": round(seconds_used(active, ended)),
+            "minutes_used": round(seconds_used(active, ended) / 60, 1), "clock": active.get("clock"),
+            "time_box_minutes": active["minutes"], "bugs_fixed": fixed, "bugs_planted": len(kata.bugs),
+            "checks": checks, "hints_used": hints, "rubric": {name: None for name, _ in RUBRIC}}
+    folder = WORK / "rounds"
+    folder.mkdir(parents=True, exist_ok=True)
+    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.number:02d}"
+    md = unique_path(folder, stem, ".md")
+    md.with_suffix(".json").write_text(json.dumps(card, indent=1))
+    md.write_text(scorecard_markdown(card))
+    del state["round"]
+    save_state(state)
+    return card, md
+
+
+def unique_path(folder: Path, stem: str, suffix: str) -> Path:
+    path, i = folder / f"{stem}{suffix}", 2
+    while path.exists():
+        path, i = folder / f"{stem}-{i}{suffix}", i + 1
+    return path
+
+
+def scorecard_markdown(card: dict) -> str:
+    c = card["checks"]
+    checks = f"{c['passed']} of {c['total']}" if not c["error"] else f"could not run ({c['error']})"
+    lines = [f"# Mock round: kata {card['kata']}, {card['title']} ({card['tier']})", "",
+             f"- date: {card['started'][:10]}",
+             f"- bugs fixed: {card['bugs_fixed']} of {card['bugs_planted']}",
+             f"- checks passed: {checks}",
+             f"- time used: {card['minutes_used']} min of a {card['time_box_minutes']} min box",
+             f"- hints used: {card['hints_used']}", "",
+             "| rubric | what good looks like | score (1-4) | notes |", "|---|---|---|---|"]
+    lines += [f"| {name} | {good} |  |  |" for name, good in RUBRIC]
+    return "\n".join(lines) + "\n"
+
+
+def write_bundle(kata, out: Path) -> Path:
+    """What a candidate gets for a live round, in the new (or empty) folder `out`: the loop, its brief without
+    the practice commands, lab/ and a README; never the checks, the reference or the catalogue."""
+    try:
+        if out.exists() and (not out.is_dir() or any(out.iterdir())):
+            raise UserError(f"{out} exists and is not an empty folder; choose a new one (nothing was overwritten)")
+        (out / "lab").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kata.loop, out / "grpo.py")
+        brief = kata.brief.strip().split("\n\n")[:-1]
+        (out / "BRIEF.md").write_text("\n\n".join(brief)
+                                      + "\n\nRun it: `python grpo.py` (needs torch; a few seconds on a CPU).\n")
+        for f in (ROOT / "lab").glob("*.py"):
+            shutil.copyfile(f, out / "lab" / f.name)
+        (out / "README.md").write_text(f"# {kata.title}\n\nRead BRIEF.md, then: "
+                                       f"`pip install torch && python grpo.py`\n")
+    except OSError as exc:
+        raise UserError(f"cannot write the bundle to {out}: {exc.strerror or exc} ({exc.filename}); "
+                        f"choose a folder you can write to") from None
+    return out

@@ -1,0 +1,159 @@
+"""One run configuration and one way to drive a GRPO loop, shared by `make run` (a candidate's loop and, for
+comparison, the reference), `make train` (the reference trainer), `make bench` and `make gpu-check`.
+
+    RunConfig      what a run is: task, steps, batch, seed, device, the lab model (a ModelConfig) and the GRPOConfig
+                   overrides applied on top of PRACTICE_GRPO
+    grpo_config    a loop file's GRPOConfig under a RunConfig
+    build          the seeded policy and the task of a run
+    drive          a loop file's own `train` under a RunConfig, step by step (with or without a log= callback)
+
+(The one summary of a run, `summarize`, is in curves.py.)
+
+The trainer cannot hand its loop to a file's `train` (it checkpoints the optimizer and the generators between
+steps), so it takes each step itself; its step is the reference train()'s step, and tests/test_trainer.py holds
+the two to the same numbers.
+"""
+import dataclasses
+import inspect
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from lab import ModelConfig, TinyLM, make_task
+from lab.tasks import TASKS
+
+# The GRPO settings every practice run uses where they differ from GRPOConfig's; `--set` / SET= overrides them.
+PRACTICE_GRPO = {
+    "num_iterations": 2,  # two updates per batch, so the ratio leaves 1 and the clip bites (the paper's 1 never clips)
+    "max_new_tokens": 6,  # the toy tasks need at most 4 tokens and an EOS; longer only costs time
+}
+
+# Help for the lab model's fields that the trainer exposes as flags (ModelConfig itself lives in lab/).
+MODEL_HELP = {
+    "d_model": "model width (default 64): raise it (512, as make gpu-check does) to give a GPU real work",
+    "n_layer": "model depth (default 2): 8 for a GPU-sized run",
+    "n_head": "attention heads (default 4); must divide --d-model",
+}
+
+
+class ConfigError(ValueError):
+    """A run setting that cannot work; `setting` names it so that each front end can name its own flag."""
+
+    def __init__(self, setting: str, problem: str):
+        super().__init__(f"{setting} {problem}")
+        self.setting, self.problem = setting, problem
+
+
+def _help(text: str) -> dict:
+    return {"help": text}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task: str = field(default="sum", metadata=_help(
+        "the lab task: sum (digits that add up to a target, default) or copy (repeat the prompt); copy is harder"))
+    steps: int = field(default=200, metadata=_help(
+        "training steps, one batch of rollouts each (default 200): fewer for a quick look, more to watch a slow drift"))
+    batch_size: int = field(default=16, metadata=_help(
+        "B prompts per step, N = B * group_size rows (default 16): larger is smoother and slower"))
+    seed: int = field(default=0, metadata=_help(
+        "seeds the model's initial weights, the prompts and the sampling (default 0): change it to see how much "
+        "of a curve is luck"))
+    device: str = field(default="auto", metadata=_help(
+        "auto (CUDA when there is one), cpu or cuda: the lab's default model is small enough that a CPU is fast"))
+    model: ModelConfig = field(default_factory=ModelConfig, metadata=_help("the lab model's shape"))
+    grpo: dict = field(default_factory=dict, metadata=_help(
+        "GRPOConfig fields to override, on top of PRACTICE_GRPO (typed by parse_overrides)"))
+    compile: bool = field(default=False, metadata=_help(
+        "torch.compile the scoring model: pays off only for a large model on a GPU, after a slow first step"))
+    checkpoint_every: int = field(default=50, metadata=_help(
+        "steps between checkpoints when --out is given (default 50): lower loses less to a crash, costs disk time"))
+    target_reward: float = field(default=0.9, metadata=_help(
+        "the summary reports the first step whose 5-step mean reward reaches this (default 0.9)"))
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {self.task!r}")
+        for name in ("steps", "batch_size", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
+        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
+            raise ConfigError("device", f"must be auto, cpu or cuda, got {self.device!r}")
+        m = self.model
+        if min(m.d_model, m.n_layer, m.n_head) < 1 or m.d_model % m.n_head:
+            raise ConfigError("model", f"needs positive sizes and n_head dividing d_model, got {m}")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunConfig":
+        """The inverse of dataclasses.asdict (a saved config.json or checkpoint); unknown keys are an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        if set(d) - known:
+            raise ConfigError("saved run", f"has settings this version does not know: {', '.join(set(d) - known)}")
+        return cls(**{**d, "model": ModelConfig(**d.get("model", {}))})
+
+
+def parse_overrides(pairs, cls) -> dict:
+    """["beta=0.1", "lr=3e-3"] -> {"beta": 0.1, "lr": 0.003}, typed by cls's fields; unknown keys are an error."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    out = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise ValueError(f"override {pair!r} is not key=value")
+        if key not in fields:
+            raise ValueError(f"unknown setting {key!r}; valid: {', '.join(fields)}")
+        kind = type(fields[key].default)
+        try:
+            out[key] = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
+        except ValueError:
+            raise ValueError(f"{key} takes a {kind.__name__}, got {raw!r}") from None
+    return out
+
+
+def grpo_config(loop, run: RunConfig):
+    """The loop file's GRPOConfig: its own defaults, then PRACTICE_GRPO, then the run's overrides."""
+    return loop.GRPOConfig(**{**PRACTICE_GRPO, **run.grpo})
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError("device", "cuda asked for, but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def build(run: RunConfig, device: torch.device) -> tuple:
+    """(policy, task): the lab model initialised from the run's seed, on `device`, and the run's task."""
+    torch.manual_seed(run.seed)
+    return TinyLM(run.model).to(device), make_task(run.task)
+
+
+def drive(loop, run: RunConfig, on_step=lambda stats: None) -> list:
+    """Train with the loop file's own `train(policy, task, cfg, *, steps, batch_size, seed[, log])` under `run`.
+
+    Each step's stats go to on_step with `step` (counted here) and the measured `seconds`: as they happen when
+    `train` takes a log= callback, all at the end (each step the run's mean time) when it only returns its list.
+    Whatever the loop raises is raised here: the caller decides how to show a candidate's crash."""
+    policy, task = build(run, resolve_device(run.device))
+    cfg = grpo_config(loop, run)
+    kwargs = {"steps": run.steps, "batch_size": run.batch_size, "seed": run.seed}
+    history, clock = [], [time.perf_counter()]
+
+    def record(stats, seconds):  # the step is counted here, whatever the loop calls it
+        history.append({**stats, "step": len(history) + 1, "seconds": seconds})
+        on_step(history[-1])
+
+    def log(stats):
+        t, clock[0] = clock[0], time.perf_counter()
+        record(stats, clock[0] - t)
+
+    if "log" in inspect.signature(loop.train).parameters:
+        loop.train(policy, task, cfg, **kwargs, log=log)
+    else:
+        returned = list(loop.train(policy, task, cfg, **kwargs))
+        per_step = (time.perf_counter() - clock[0]) / max(1, len(returned))
+        for stats in returned:
+            record(stats, per_step)
+    return history

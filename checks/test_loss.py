@@ -3,12 +3,16 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, randint, rng, rounded
+from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, memo, randint, rng, rounded
 
 pytestmark = pytest.mark.component("loss")
 
 
 def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, **kwargs):
+    return memo(_oracle_loss_and_grad, logp, old, ref, adv, mask, cfg, kwargs)
+
+
+def _oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, kwargs):
     logp = logp.clone().requires_grad_()
     loss = oracle.grpo_loss(logp, old, ref, adv, mask, cfg, **kwargs)
     (grad,) = torch.autograd.grad(loss, logp)

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.stubs import DRAWS, constant_lm, eos_after_lm, left_padded_prompts, randint, rng, rounded
+from checks.stubs import DRAWS, constant_lm, eos_after_lm, left_padded_prompts, randint, rng, rounded, seed_cpu
 
 pytestmark = pytest.mark.component("sampling")
 PAD, EOS, V = 0, 1, 8
@@ -11,7 +11,7 @@ PAD, EOS, V = 0, 1, 8
 
 def sample(grpo, policy, prompt_ids, prompt_mask, gen, **cfg):
     cfg = grpo.GRPOConfig(**cfg)
-    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+    seed_cpu(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
     return grpo.generate(policy, prompt_ids, prompt_mask, cfg, eos_id=EOS, pad_id=PAD,
                          generator=torch.Generator().manual_seed(randint(gen, 0, 10**6)))
 

@@ -81,7 +81,7 @@ kata watch hint: $(STAMP)
 	@$(CLI) $@ "$(N)"
 
 run: $(STAMP)
-	@$(CLI) run "$(N)" $(if $(STEPS),--steps $(STEPS)) $(if $(SET),--set $(SET))
+	@$(CLI) run "$(N)" $(if $(STEPS),--steps $(STEPS)) $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc $(NPROC))
 
 solution: $(STAMP)
 	@$(CLI) solution "$(N)" $(if $(FORCE),--force)

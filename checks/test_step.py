@@ -210,12 +210,13 @@ def two_rank_batch(grpo, gen):
     with torch.no_grad():
         for p in ref.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.05)
-    B, G, T = 2 * randint(gen, 1, 2), randint(gen, 2, 3), 3
+    B, G, T = 4, randint(gen, 2, 3), 3          # two whole groups on each rank
     ids, att, mask, P = random_batch(gen, B * G, V, T)
     half = B * G // 2
     ids[half:, P] = 1                          # rank 1: every completion is its EOS alone
     ids[half:, P + 1:], att[half:, P + 1:], mask[half:, 1:] = 0, 0, 0
     rewards = torch.stack([torch.randperm(G, generator=gen) for _ in range(B)]).float().view(-1) / (G - 1)
+    rewards = rewards + 0.1 * torch.rand(B * G, generator=gen)  # no two groups alike, none symmetric
     return policy, ref, grpo.Rollout(ids, att, mask, P), rewards, G, half
 
 

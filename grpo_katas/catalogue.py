@@ -19,6 +19,7 @@ from grpo_katas import KATAS, REFERENCE, ROOT
 
 COMPONENTS = ["sampling", "advantages", "log-probs", "kl", "loss", "update", "training"]
 TIERS = ["warm-up", "practice", "frontier", "interview"]
+RUN_DEFAULTS = {"steps": 40, "seed": 0, "nproc": 1, "set": {}}   # a kata's run, unless its kata.toml says
 
 
 class CatalogueError(Exception):
@@ -94,8 +95,8 @@ class Kata:
     codebase: str
     bugs: tuple
     hints: tuple
-    symptoms: tuple     # ({"metric", "step", ...}, ...): what the brief cites, checked against a run by verify
-    settings: dict      # GRPOConfig overrides the brief's run uses (e.g. temperature=0.7)
+    symptoms: tuple     # ({"metric", "window", "relation", ...}, ...): what the brief cites, checked by verify
+    run: dict           # the run the brief describes and `make run` makes: steps, seed, nproc, set (overrides)
     path: Path
 
     @property
@@ -109,6 +110,11 @@ class Kata:
     @property
     def brief(self) -> str:
         return (self.path / "BRIEF.md").read_text()
+
+    @property
+    def settings(self) -> list:
+        """The run's GRPOConfig overrides as KEY=VALUE words (make run SET=...)."""
+        return [f"{k}={v}" for k, v in self.run["set"].items()]
 
 
 def load_bugs(root: Path = KATAS) -> dict:
@@ -155,8 +161,9 @@ def load_katas(root: Path = KATAS) -> list:
         codebase = d.get("codebase", "paper")
         if codebase not in CODEBASES:
             raise CatalogueError(f"{meta}: unknown codebase {codebase!r}; one of {', '.join(CODEBASES)}")
+        run = {**RUN_DEFAULTS, **d.get("run", {})}
         katas.append(Kata(int(number), slug, d["title"], d["tier"], int(d["minutes"]), codebase, tuple(d["bugs"]),
-                          tuple(d["hints"]), tuple(d.get("symptom", ())), dict(d.get("settings", {})), meta.parent))
+                          tuple(d["hints"]), tuple(d.get("symptom", ())), run, meta.parent))
     return katas
 
 

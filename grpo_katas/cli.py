@@ -24,7 +24,7 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_katas import REFERENCE, ROOT, UserError, progress, rounds
-from grpo_katas.catalogue import COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
+from grpo_katas.catalogue import CODEBASES, COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
 from grpo_katas.curves import CURVES, NOT_FINITE, PLOT_HINT, plot_png, series, shared_range, sparkline, summarize
 from grpo_katas.jobs import LoopRun, reference_run, run_checks, step_stats
 from grpo_katas.progress import load_state, now, require_copy, working_copy
@@ -98,7 +98,12 @@ MAX_ROWS = 40  # a longer run shows every k-th step (and the latest), so the tab
 def cmd_run(args) -> int:
     kata = kata_or_fail(args.n)
     path = require_copy(kata)
-    runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--set", *args.set]
+    # the run the brief describes, unless the command line says otherwise
+    args.steps = kata.run["steps"] if args.steps is None else args.steps
+    args.seed = kata.run["seed"] if args.seed is None else args.seed
+    args.set = kata.settings if args.set is None else args.set
+    nproc = kata.run["nproc"] if args.nproc is None else args.nproc
+    runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--nproc", str(nproc), "--set", *args.set]
     run = LoopRun(path, runner_args)
     history, last = live_run(run, f"kata {kata.number}: {path.relative_to(ROOT)}", max(1, args.steps))
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
@@ -140,17 +145,18 @@ def live_run(run: LoopRun, title: str, steps: int) -> tuple:
 
 
 def compare_with_reference(kata, history: list, runner_args: list, args) -> None:
-    """Your curves beside the reference's run with the same arguments, as sparklines and, with matplotlib, a PNG."""
-    with console.status("the reference with the same seed and settings, for comparison (kept in work/cache/)"):
-        reference, cached, problem = reference_run(runner_args)
+    """Your curves beside a healthy run of the same code with the same arguments (the kata with its bugs fixed),
+    as sparklines and, with matplotlib, a PNG."""
+    with console.status("a healthy run with the same seed and settings, for comparison (kept in work/cache/)"):
+        reference, cached, problem = reference_run(runner_args, CODEBASES[kata.codebase].path)
     show_curves(kata, history, reference, args.steps, problem)
     if not problem:
         yours, ref = summarize(history), summarize(reference)
         console.print(f"reward {yours.first:.3f} -> {yours.last:.3f} (mean of the first and last 5 steps); "
-                      f"the reference: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
+                      f"healthy: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
     png = working_copy(kata).parent / "run.png"
     label = f"kata {kata.number}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
-    if plot_png({"yours": history, "reference": reference}, png, label):
+    if plot_png({"yours": history, "healthy": reference}, png, label):
         console.print(f"curves: {png.relative_to(ROOT)}")
     else:
         console.print(f"[dim]{escape(PLOT_HINT)}[/]")
@@ -169,7 +175,7 @@ def run_table(rows: list, title: str) -> Table:
 
 def show_curves(kata, history: list, reference: list, steps: int, problem: str | None) -> None:
     """Sparklines of your run and the reference's, one row per curve, on a shared scale per curve."""
-    table = Table("", f"kata {kata.number} (yours)", "reference (solutions/grpo.py)", box=None, padding=(0, 2),
+    table = Table("", f"kata {kata.number} (yours)", "healthy (the same code, no bugs)", box=None, padding=(0, 2),
                   title=f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)", title_justify="left")
     for key, label, digits in CURVES:
         mine, ref = series(history, key, steps), series(reference, key, steps)
@@ -427,15 +433,18 @@ def parser() -> argparse.ArgumentParser:
             s.add_argument("n", nargs="?", default=None, metavar="N",
                            help="the kata number (make ... N=3); `make list` shows them all")
     run = sub.choices["run"]
-    run.add_argument("--steps", type=int, default=30,
-                     help="training steps (default 30, a few seconds on a CPU); more to see a slow drift such as "
-                          "a creeping KL")
-    run.add_argument("--seed", type=int, default=0,
-                     help="seed of the model, the prompts and the sampling (default 0): another shows how much of a "
-                          "curve is luck; the reference runs with the same one")
-    run.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                     help="GRPOConfig overrides, e.g. beta=0.5 temperature=0.7: some symptoms show only away from "
-                          "the defaults (a brief says which)")
+    run.add_argument("--steps", type=int, default=None,
+                     help="training steps (default: the kata's run, 40 unless its brief says; a few seconds on a CPU); "
+                          "more to see a slow drift such as a creeping KL")
+    run.add_argument("--seed", type=int, default=None,
+                     help="seed of the model, the prompts and the sampling (default: the kata's, 0): another shows how "
+                          "much of a curve is luck; the healthy run uses the same one")
+    run.add_argument("--set", nargs="*", default=None, metavar="KEY=VALUE",
+                     help="GRPOConfig overrides, e.g. beta=0.5 temperature=0.7 (default: the settings the brief's run "
+                          "used); some symptoms show only away from the defaults")
+    run.add_argument("--nproc", type=int, default=None,
+                     help="data-parallel ranks (default: the kata's, 1): 2 runs your loop as two gloo processes, "
+                          "where the bugs of data-parallel training show; each rank's stats appear as key@rank")
     sub.choices["watch"].add_argument("--interval", type=float, default=0.5,
                                       help="seconds between looks at the file (default 0.5)")
     sub.choices["solution"].add_argument("--force", action="store_true",

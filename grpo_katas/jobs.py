@@ -63,29 +63,29 @@ def step_stats(event: dict) -> dict:
     return {k: v for k, v in event.items() if k != "event"}
 
 
-# What a reference run depends on besides its settings: change one and the cached run is made again.
-REFERENCE_RUN_CODE = [REFERENCE, ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "runner.py",
-                      ROOT / "lab" / "model.py", ROOT / "lab" / "tasks.py"]
+# What a healthy run depends on besides its settings and its codebase: change one and the cached run is made again.
+RUN_CODE = [ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "runner.py", ROOT / "lab" / "model.py",
+            ROOT / "lab" / "tasks.py"]
 
 
-def reference_run(runner_args: list) -> tuple:
-    """(history, cached, problem) of the reference driven by the runner with the same arguments as a kata's run:
-    from work/cache/ when this run was made before with the same settings and code, else run now and stored.
-    `problem` says why the run did not finish (then nothing is stored)."""
-    code = {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in REFERENCE_RUN_CODE}
+def reference_run(runner_args: list, codebase: Path = REFERENCE) -> tuple:
+    """(history, cached, problem) of a healthy codebase (by default the reference) driven by the runner with the
+    same arguments as a kata's run: from work/cache/ when this run was made before with the same settings and
+    code, else run now and stored. `problem` says why the run did not finish (then nothing is stored)."""
+    code = {str(p.relative_to(ROOT)): hashlib.sha256(p.read_bytes()).hexdigest() for p in [codebase, *RUN_CODE]}
     key = hashlib.sha256(json.dumps({"args": runner_args, "code": code}, sort_keys=True).encode()).hexdigest()
     name = f"reference-run-{key[:16]}"
     cached = read_cache(name)
     if isinstance(cached, dict) and isinstance(cached.get("history"), list):
         return cached["history"], True, None
     history, last = [], None
-    run = LoopRun(REFERENCE, runner_args)
+    run = LoopRun(codebase, runner_args)
     for event in run:
         last = event
         if event["event"] == "step":
             history.append(step_stats(event))
     if not last or last["event"] != "done":
         why = last.get("message") if last else run.last_error_line
-        return history, False, f"the reference did not finish with these settings: {why or 'no reason given'}"
+        return history, False, f"the healthy run did not finish with these settings: {why or 'no reason given'}"
     write_cache(name, {"args": runner_args, "code": code, "history": history})
     return history, False, None

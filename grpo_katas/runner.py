@@ -16,7 +16,7 @@ import traceback
 from pathlib import Path
 
 from grpo_katas.loader import TargetError, load_target
-from grpo_katas.runs import ConfigError, RunConfig, drive, parse_overrides
+from grpo_katas.runs import ConfigError, RunConfig, drive, drive_ranks, parse_overrides
 
 
 def emit(event: str, **fields) -> None:
@@ -54,6 +54,9 @@ def main(argv=None) -> int:
                         help="cpu (default: the lab model is too small for a GPU to help), cuda or auto")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="GRPOConfig overrides on top of the practice defaults, typed by the file's GRPOConfig")
+    parser.add_argument("--nproc", type=int, default=1,
+                        help="data-parallel ranks (default 1): 2 runs the loop as two gloo processes; every rank's "
+                             "stats are reported, rank r's as key@r")
     args = parser.parse_args(argv)
     path = Path(args.file).resolve()
     try:
@@ -62,7 +65,7 @@ def main(argv=None) -> int:
         emit("error", message=str(exc))
         return 2
     try:
-        run = RunConfig(steps=args.steps, seed=args.seed, device=args.device,
+        run = RunConfig(steps=args.steps, seed=args.seed, device=args.device, nproc=args.nproc,
                         grpo=parse_overrides(args.set, grpo.GRPOConfig))
     except ConfigError as exc:
         emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
@@ -71,7 +74,10 @@ def main(argv=None) -> int:
         emit("error", message=str(exc))
         return 2
     try:
-        drive(grpo, run, lambda stats: emit("step", **plain(stats)))
+        if run.nproc > 1:
+            drive_ranks(path, run, lambda stats: emit("step", **plain(stats)))
+        else:
+            drive(grpo, run, lambda stats: emit("step", **plain(stats)))
     except BaseException as exc:  # the candidate's code: show it as their error, briefly
         where, code = crash_site(exc, path)
         emit("crash", type=type(exc).__name__, message=str(exc).splitlines()[0] if str(exc) else "",

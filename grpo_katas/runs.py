@@ -6,6 +6,7 @@ comparison, the reference), `make train` (the reference trainer), `make bench` a
     grpo_config    a loop file's GRPOConfig under a RunConfig
     build          the seeded policy and the task of a run
     drive          a loop file's own `train` under a RunConfig, step by step (with or without a log= callback)
+    drive_ranks    the same on `nproc` data-parallel ranks: forked processes joined in one gloo group
 
 (The one summary of a run, `summarize`, is in curves.py.)
 
@@ -67,6 +68,9 @@ class RunConfig:
         "GRPOConfig fields to override, on top of PRACTICE_GRPO (typed by parse_overrides)"))
     compile: bool = field(default=False, metadata=_help(
         "torch.compile the scoring model: pays off only for a large model on a GPU, after a slow first step"))
+    nproc: int = field(default=1, metadata=_help(
+        "data-parallel ranks, each a process on this machine in one gloo group (default 1): 2 shows the bugs that "
+        "only a data-parallel run has; make train NPROC=2 uses torchrun instead"))
     checkpoint_every: int = field(default=50, metadata=_help(
         "steps between checkpoints when --out is given (default 50): lower loses less to a crash, costs disk time"))
     target_reward: float = field(default=0.9, metadata=_help(
@@ -75,7 +79,7 @@ class RunConfig:
     def __post_init__(self):
         if self.task not in TASKS:
             raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {self.task!r}")
-        for name in ("steps", "batch_size", "checkpoint_every"):
+        for name in ("steps", "batch_size", "checkpoint_every", "nproc"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
         if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
@@ -157,3 +161,82 @@ def drive(loop, run: RunConfig, on_step=lambda stats: None) -> list:
         for stats in returned:
             record(stats, per_step)
     return history
+
+
+def drive_ranks(path, run: RunConfig, on_step=lambda stats: None) -> list:
+    """drive(loop at `path`, run) on run.nproc data-parallel ranks: processes forked from this one, joined in a
+    gloo process group on loopback, each loading the loop file itself. Rank 0's stats are what on_step gets, with
+    every other rank's next to them as key@rank (reward_mean@1); each step is passed on once every rank has
+    logged it. A rank's crash is raised here as RankFailed with its message."""
+    import json
+    import os
+    import select
+    import tempfile
+
+    from grpo_katas.loader import load_target
+
+    folder = tempfile.mkdtemp(prefix="grpo-ranks-")
+    store = os.path.join(folder, "store")
+    pipes = []
+    for rank in range(run.nproc):
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the rank
+            os.close(r)
+            out = os.fdopen(w, "w")
+            code = 0
+            try:
+                import torch.distributed as dist
+                os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+                dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=run.nproc)
+                drive(load_target(path), run, lambda stats: print(json.dumps({"step": stats}), file=out, flush=True))
+            except BaseException as exc:  # the loop's own crash, reported to the parent
+                print(json.dumps({"crash": f"{type(exc).__name__}: {exc}".splitlines()[0]}), file=out, flush=True)
+                code = 1
+            out.close()
+            os._exit(code)
+        os.close(w)
+        pipes.append((pid, os.fdopen(r)))
+    steps = [[] for _ in pipes]
+    history, crash = [], None
+    try:
+        open_pipes = {f.fileno(): i for i, (_, f) in enumerate(pipes)}
+        while open_pipes and crash is None:
+            ready, _, _ = select.select(list(open_pipes), [], [])
+            for fd in ready:
+                i = open_pipes[fd]
+                line = pipes[i][1].readline()
+                if not line:
+                    del open_pipes[fd]
+                    continue
+                event = json.loads(line)
+                if "crash" in event:
+                    crash = f"rank {i}: {event['crash']}"
+                    break
+                steps[i].append(event["step"])
+            while all(len(s) > len(history) for s in steps):
+                k = len(history)
+                merged = dict(steps[0][k])
+                for i in range(1, len(steps)):
+                    merged.update({f"{key}@{i}": v for key, v in steps[i][k].items() if key not in ("step",)})
+                history.append(merged)
+                on_step(merged)
+    finally:
+        for pid, f in pipes:
+            if crash is not None:
+                try:
+                    os.kill(pid, 9)
+                except OSError:
+                    pass
+            os.waitpid(pid, 0)
+            f.close()
+        if os.path.exists(store):
+            os.unlink(store)
+        os.rmdir(folder)
+    if crash is not None:
+        raise RankFailed(crash)
+    return history
+
+
+class RankFailed(RuntimeError):
+    """A data-parallel rank's loop raised; the message names the rank."""

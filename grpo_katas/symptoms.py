@@ -17,7 +17,8 @@ settings and asserts that each symptom shows:
                                 # nonfinite (the metric is NaN or inf at some step), crash (the run raises)
     factor = 3.0                # above: kata > factor * healthy + margin; below: kata < healthy / factor - margin
     margin = 0.0
-    against = {set = {beta = 0.0}}   # optional: compare with the kata's own run under these settings instead
+    against = {set = {beta = 0.0}}   # optional: compare with the kata's own run under these settings instead,
+    against = {metric = "reward_mean@1"}  # or with another metric of the same run (another rank, say)
 
     python -m grpo_katas.symptoms 3 17        # each window of each metric, the kata's and the healthy run's
     python -m grpo_katas.symptoms --check --json out.json 3 17    # what verify runs
@@ -82,7 +83,7 @@ def run_loop(path, settings: dict) -> Run:
 
 def against(kata, symptom: dict) -> tuple:
     """(path, settings) of the run a symptom compares with: the healthy codebase, or the kata itself elsewhere."""
-    if "against" in symptom:
+    if "against" in symptom:  # the kata itself: under other settings, or the same run's other metric
         return kata.loop, {**kata.run, "set": {**kata.run["set"], **symptom["against"].get("set", {})}}
     return CODEBASES[kata.codebase].path, kata.run
 
@@ -96,7 +97,7 @@ def shows(kata, symptom: dict) -> tuple:
     if relation == "nonfinite":
         return mine.nonfinite(metric) or mine.crash is not None, f"{metric} not finite: {mine.nonfinite(metric)}"
     other = run_loop(*against(kata, symptom))
-    a, b = mine.window(metric, window), other.window(metric, window)
+    a, b = mine.window(metric, window), other.window(symptom.get("against", {}).get("metric", metric), window)
     seen = f"{metric} ({window}) {fmt(a)} against {fmt(b)}" + (f"; the kata crashed: {mine.crash}" if mine.crash
                                                                  else "")
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):

@@ -22,7 +22,8 @@ and overall:
     the checks' own code;
   - at least 90% of the bugs can be planted in at least 3 of the 4 codebases, and every bug that cannot be
     planted somewhere says why;
-  - each interview round uses a codebase that no warm-up uses.
+  - each interview round uses a codebase that no warm-up uses;
+  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase.
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
 import argparse
@@ -163,6 +164,27 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
     return checks
 
 
+def symptom_problems(katas, processes: int) -> list:
+    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel."""
+    chunks = [[str(k.number) for k in katas[i::processes]] for i in range(processes)]
+
+    def run_chunk(chunk):
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            out = Path(f.name)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+        r = subprocess.run([sys.executable, "-m", "grpo_katas.symptoms", "--check", "--json", str(out), *chunk],
+                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            return json.loads(out.read_text())
+        except ValueError:
+            return [f"the symptom runs of katas {', '.join(chunk)} failed (exit {r.returncode}): {r.stderr[-300:]}"]
+        finally:
+            out.unlink(missing_ok=True)
+
+    with ThreadPoolExecutor(processes) as pool:
+        return [p for found in pool.map(run_chunk, [c for c in chunks if c]) for p in found]
+
+
 def catalogue_rules(bugs, katas, problems) -> None:
     wide = [b for b in bugs.values() if len(b.edits) >= 3]
     if len(wide) < 0.9 * len(bugs):
@@ -194,6 +216,8 @@ def main(argv=None) -> int:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases)
         runs, trouble = run_matrix(targets, seeds, args.processes)
         problems += trouble
+        if katas:
+            problems += symptom_problems(katas, args.processes)
         print(f"{len(targets)} targets checked at seeds {seeds} ({time.perf_counter() - start:.0f} s)", flush=True)
     first = runs[seeds[0]]
     for seed in seeds[1:]:

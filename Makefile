@@ -116,7 +116,7 @@ grade: $(STAMP)
 train: $(STAMP)
 	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(TASK)) $(if $(STEPS),--steps $(STEPS)) \
 		$(if $(DEVICE),--device $(DEVICE)) $(if $(SET),--set $(SET)) $(if $(OUT),--out $(OUT)) \
-		$(if $(RESUME),--resume) $(if $(COMPILE),--compile)
+		$(if $(RESUME),--resume) $(if $(COMPILE),--compile) $(if $(NPROC),--nproc $(NPROC))
 
 bench: $(STAMP)
 	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(DEVICE))

@@ -4,6 +4,8 @@
 2. Time for the default task's 5-step mean reward to go from its baseline to 0.9, for three seeds.
 3. A per-step breakdown: sampling, log-probs (policy and reference), update.
 4. The peak memory of one step (RSS high-water mark on the CPU, max_memory_allocated on CUDA).
+5. Data parallel on the CPU: rollouts per second of the reference on 1 rank and on 2 gloo ranks (each rank its own
+   batch), and the ratio.
 Medians of repeated runs; nothing here is an assertion. Each stage reports its progress through a `tick(done,
 total, note)` callable; main() draws it as a rich progress display, one bar per stage.
 """
@@ -137,6 +139,23 @@ def peak_memory_of_a_step(t: Trainer) -> str:
             f"{before / 1024:.0f} MiB before it (CPU; torch reuses freed blocks)")
 
 
+def bench_ranks(steps: int, tick=no_progress) -> dict:
+    """{ranks: rollouts per second} of the reference's train on 1 and 2 gloo ranks (CPU), each rank its own batch."""
+    from grpo_katas import REFERENCE
+    from grpo_katas.loader import load_target
+    from grpo_katas.runs import drive, drive_ranks
+    out = {}
+    for i, nproc in enumerate((1, 2)):
+        run = RunConfig(steps=steps, device="cpu", nproc=nproc)
+        start = time.perf_counter()
+        history = drive_ranks(REFERENCE, run) if nproc > 1 else drive(load_target(REFERENCE), run)
+        seconds = time.perf_counter() - start
+        rows = run.batch_size * 8 * nproc  # group_size 8 by default, one batch per rank and step
+        out[nproc] = rows * len(history) / seconds
+        tick(i + 1, 2, f"{nproc} rank(s): {out[nproc]:,.0f} rollouts/s")
+    return out
+
+
 def main(argv=None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -168,6 +187,7 @@ def main(argv=None) -> int:
         memory_tick = stage("4. peak memory of one step")
         memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device)))
         memory_tick(1, 1)
+        ranks = bench_ranks(steps, stage("5. data parallel on the CPU: 1 rank, then 2 gloo ranks"))
 
     table = Table("measure", "value", title="grpo-katas reference trainer")
     table.add_row(f"sampling {new_tokens} tokens, KV cache", f"{cached:,.0f} tokens/s")
@@ -184,6 +204,9 @@ def main(argv=None) -> int:
     for name, seconds in parts.items():
         table.add_row(f"per step: {name}", f"{seconds * 1000:.1f} ms ({seconds / total:.0%})")
     table.add_row("peak memory of a step", memory)
+    table.add_row("data parallel (CPU, gloo): rollouts/s on 1 and 2 ranks",
+                  f"{ranks[1]:,.0f} / {ranks[2]:,.0f} ({ranks[2] / ranks[1]:.2f}x on {torch.get_num_threads()} "
+                  f"threads; see README)")
     console.print(table)
     console.print("reproduce: make bench   (python -m grpo_katas.bench)")
     return 0

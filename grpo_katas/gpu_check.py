@@ -14,6 +14,7 @@ import copy
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -111,6 +112,21 @@ def throughput(device, small) -> None:
           f"model FLOPs/s: {flops / seconds / 1e12:.2f} T | MFU: {mfu} | peak memory: {memory}", flush=True)
 
 
+def two_ranks_on_gpus(small: bool) -> bool:
+    """The data-parallel path on two GPUs: make train on 2 NCCL ranks under torchrun, each rank its own GPU."""
+    import tempfile
+    steps = 10 if small else 40
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--nproc", "2", "--device", "cuda",
+                            "--steps", str(steps), "--out", out], cwd=ROOT, capture_output=True, text=True)
+        lines = (Path(out) / "metrics.jsonl").read_text().splitlines() if (Path(out) / "metrics.jsonl").exists() \
+            else []
+    return check("make train NPROC=2 on 2 GPUs (NCCL)", r.returncode == 0 and len(lines) == steps,
+                 f"{len(lines)} of {steps} steps logged by rank 0 in {time.perf_counter() - start:.0f} s"
+                 + ("" if r.returncode == 0 else f"; exit {r.returncode}: {r.stderr.strip().splitlines()[-1:]}"))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--device", default="cuda",
@@ -130,6 +146,8 @@ def main(argv=None) -> int:
             return 1
     ok = contract_on_device(device, a.small)
     throughput(device, a.small)
+    if device.type == "cuda" and torch.cuda.device_count() > 1:
+        ok &= two_ranks_on_gpus(a.small)
     print(f"gpu-check {'passed' if ok else 'FAILED'} in {time.perf_counter() - start:.0f} s")
     return 0 if ok else 1
 

@@ -1,7 +1,14 @@
 """`make train`: the reference GRPO loop as a trainer you would run.
 
     python -m grpo_katas.trainer [--task sum] [--steps 200] [--device auto|cpu|cuda] [--set beta=0.1 ...]
-                                 [--out runs/x] [--resume] [--compile]
+                                 [--out runs/x] [--resume] [--compile] [--nproc 2]
+    torchrun --nproc_per_node 2 -m grpo_katas.trainer ...    (what --nproc 2 runs)
+
+Data-parallel under torchrun (gloo on the CPU, NCCL on CUDA, one GPU per rank): every rank draws its own
+prompts and samples its own groups (seed + rank), computes advantages on them, and updates through
+DistributedDataParallel; the reference is never wrapped or stepped. Rank 0 alone prints, writes metrics and
+checkpoints (the reward it logs is the mean over ranks); a checkpoint records every rank's generators, and
+resuming it needs the same number of ranks.
 
 It drives the contract functions of solutions/grpo.py (generate, grpo_step: the code the checks judge, loaded
 from that file, not copied) and adds what a run needs around them: the device (CUDA when there is one), bf16
@@ -43,15 +50,20 @@ class Trainer:
         self.grpo = load_target(REFERENCE)
         self.run = run
         self.cfg = grpo_config(self.grpo, run)
-        self.device = resolve_device(run.device)
+        self.rank, self.world, self.device = join_ranks(resolve_device(run.device))
         self.out = out
         self.policy, self.task = build(run, self.device)
         self.ref = copy.deepcopy(self.policy).requires_grad_(False)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.lr)
-        self.prompt_gen = torch.Generator().manual_seed(run.seed)
-        self.sample_gen = torch.Generator(device=self.device).manual_seed(run.seed)
+        self.prompt_gen = torch.Generator().manual_seed(run.seed + self.rank)
+        self.sample_gen = torch.Generator(device=self.device).manual_seed(run.seed + self.rank)
         self.step = 0
-        self.scorer = torch.compile(self.policy) if run.compile else self.policy
+        learner = self.policy
+        if self.world > 1:  # gradients averaged over the ranks; the reference stays a local copy
+            from torch.nn.parallel import DistributedDataParallel
+            learner = DistributedDataParallel(self.policy, device_ids=[self.device.index] if self.device.index
+                                              is not None else None)
+        self.scorer = torch.compile(learner) if run.compile else learner
         self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.device.type == "cuda" \
             else contextlib.nullcontext
 
@@ -71,27 +83,57 @@ class Trainer:
             stats = self.grpo.grpo_step(self.scorer, self.ref, self.optimizer, rollout, rewards, self.cfg)
         self.step += 1
         seconds = time.perf_counter() - t0
-        tokens = int(rollout.completion_mask.sum())
-        return {"step": self.step, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(),
+        reward_mean, reward_max, tokens = rewards.mean(), rewards.max(), rollout.completion_mask.sum()
+        if self.world > 1:  # what rank 0 logs covers every rank
+            import torch.distributed as dist
+            reward_mean, tokens = (x.float().clone() for x in (reward_mean, tokens))
+            dist.all_reduce(reward_mean)
+            dist.all_reduce(tokens)
+            reward_mean = reward_mean / self.world
+            dist.all_reduce(reward_max, op=dist.ReduceOp.MAX)
+        tokens = int(tokens)
+        return {"step": self.step, "reward_mean": reward_mean.item(), "reward_max": reward_max.item(),
                 **stats, "tokens": tokens, "tokens_per_s": tokens / seconds, "seconds": seconds}
 
-    def state(self) -> dict:
-        return {"step": self.step, "config": self.config(), "policy": self.policy.state_dict(),
-                "ref": self.ref.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "prompt_gen": self.prompt_gen.get_state(), "sample_gen": self.sample_gen.get_state(),
+    def generators(self) -> dict:
+        """This rank's random state: what differs between ranks."""
+        return {"prompt_gen": self.prompt_gen.get_state(), "sample_gen": self.sample_gen.get_state().cpu(),
                 "torch_rng": torch.get_rng_state()}
 
+    def state(self) -> dict:
+        """The run's state, every rank's generators included (a collective: every rank calls it)."""
+        ranks = [self.generators()]
+        if self.world > 1:  # the states are byte tensors of one size on every rank: gather them as tensors
+            import torch.distributed as dist
+            mine = self.generators()
+            gathered = {}
+            for key, t in mine.items():
+                t = t.to(self.device) if self.device.type == "cuda" else t
+                parts = [torch.empty_like(t) for _ in range(self.world)]
+                dist.all_gather(parts, t)
+                gathered[key] = [p.cpu() for p in parts]
+            ranks = [{key: gathered[key][r] for key in mine} for r in range(self.world)]
+        return {"step": self.step, "config": self.config(), "world": self.world, "policy": self.policy.state_dict(),
+                "ref": self.ref.state_dict(), "optimizer": self.optimizer.state_dict(), "ranks": ranks}
+
     def load(self, state: dict) -> None:
+        world = state.get("world", 1)
+        if world != self.world:
+            raise ValueError(f"the checkpoint was written by {world} rank(s) and this run has {self.world}: resume "
+                             f"it with --nproc {world} (each rank's sampling continues from its own state)")
         self.policy.load_state_dict(state["policy"])
         self.ref.load_state_dict(state["ref"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.prompt_gen.set_state(state["prompt_gen"])
-        self.sample_gen.set_state(state["sample_gen"])
-        torch.set_rng_state(state["torch_rng"])
+        mine = state["ranks"][self.rank]
+        self.prompt_gen.set_state(mine["prompt_gen"])
+        self.sample_gen.set_state(mine["sample_gen"].to(self.sample_gen.device))
+        torch.set_rng_state(mine["torch_rng"])
         self.step = state["step"]
 
     def checkpoint(self) -> None:
-        save_atomic(self.state(), self.out / "checkpoint.pt")
+        state = self.state()
+        if self.rank == 0:
+            save_atomic(state, self.out / "checkpoint.pt")
 
     @classmethod
     def resume(cls, out: Path, steps: int | None = None) -> "Trainer":
@@ -106,25 +148,43 @@ class Trainer:
                                    **({"steps": steps} if steps is not None else {})})
         trainer = cls(run, out)
         trainer.load(state)
-        keep_metrics(out / "metrics.jsonl", trainer.step)
+        if trainer.rank == 0:
+            keep_metrics(out / "metrics.jsonl", trainer.step)
         return trainer
 
     def fit(self, on_step=lambda stats: None) -> list:
         """Train up to run.steps, writing metrics and checkpoints under out when there is one."""
         history = []
-        if self.out is not None:
+        writes = self.out is not None and self.rank == 0
+        if writes:
             self.out.mkdir(parents=True, exist_ok=True)
             (self.out / "config.json").write_text(json.dumps(self.config(), indent=1))
         while self.step < self.run.steps:
             stats = self.train_step()
             history.append(stats)
-            if self.out is not None:
+            if writes:
                 with open(self.out / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(stats) + "\n")
-                if self.step % self.run.checkpoint_every == 0 or self.step == self.run.steps:
-                    self.checkpoint()
+            if self.out is not None and (self.step % self.run.checkpoint_every == 0 or self.step == self.run.steps):
+                self.checkpoint()
             on_step(stats)
         return history
+
+
+def join_ranks(device: torch.device) -> tuple:
+    """(rank, world size, this rank's device): under torchrun, the process group joined here (NCCL on CUDA, each
+    rank its own GPU; gloo on the CPU); otherwise (0, 1, device)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return 0, 1, device
+    import torch.distributed as dist
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    return dist.get_rank(), dist.get_world_size(), device
 
 
 def keep_metrics(path: Path, upto: int) -> None:
@@ -167,13 +227,33 @@ def flag_error(exc: ConfigError) -> str:
     return str(exc)
 
 
+def launch_ranks(nproc: int, argv: list) -> int:
+    """Run this same command as `nproc` ranks under torchrun (its standalone rendezvous on this machine)."""
+    import subprocess
+    rest, skip = [], False  # the ranks learn their number from torchrun (WORLD_SIZE), not from --nproc
+    for word in argv:
+        if skip or word.startswith("--nproc="):
+            skip = False
+            continue
+        skip = word == "--nproc"
+        if not skip:
+            rest.append(word)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           "-m", "grpo_katas.trainer", *rest]
+    return subprocess.call(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+
+
 def main(argv=None) -> int:
     from rich.console import Console
     from rich.markup import escape
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     a = parser().parse_args(argv)
-    console = Console(highlight=False)
+    if (a.nproc or 1) > 1 and "WORLD_SIZE" not in os.environ:  # become torchrun's ranks
+        return launch_ranks(a.nproc, sys.argv[1:] if argv is None else list(argv))
+    if "WORLD_SIZE" in os.environ:
+        a.nproc = int(os.environ["WORLD_SIZE"])
+    console = Console(highlight=False, quiet=int(os.environ.get("RANK", "0")) != 0)  # rank 0 speaks for all
     try:
         if a.resume:
             if a.out is None or not (a.out / "checkpoint.pt").exists():
@@ -221,7 +301,7 @@ def main(argv=None) -> int:
     if trainer.out is not None:
         drawn = plot_png({"reference": history}, trainer.out / "curve.png", f"make train: {run.task}")
         console.print(f"written to {trainer.out}: config.json, metrics.jsonl, checkpoint.pt"
-                      + (", curve.png" if drawn else f" ({PLOT_HINT})"))
+                      + (", curve.png" if drawn else f" ({escape(PLOT_HINT)})"))
     return 0
 
 

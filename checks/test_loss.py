@@ -63,10 +63,11 @@ def test_padding_does_not_enter_the_loss(grpo, seed, draw):
     wide = [pad(junk(x)) for x in (logp, old, ref)]
     loss, grad = loss_and_grad(grpo, *wide, adv, torch.cat([mask, torch.zeros(N, 3, dtype=torch.float64)], 1), cfg)
     assert torch.isclose(loss, base, atol=1e-6, rtol=1e-5), (
-        f"loss: changing the log-probs under the completion mask and adding padded columns moves the loss from "
-        f"{base:.5f} to {loss:.5f}; padding should not enter the loss, numerator or denominator")
+        f"loss: changing the log-probs where the completion mask is 0, and adding 3 such columns, moves the loss "
+        f"from {base:.5f} to {loss:.5f}; expected it unchanged")
     assert torch.allclose(grad[:, :T], base_grad, atol=1e-7, rtol=1e-5) and grad[:, T:].abs().max() < 1e-12, (
-        "loss: the gradient changes when only padded positions change; padded tokens should get no gradient")
+        "loss: changing only positions where the completion mask is 0 changes the gradient, or gives them one; "
+        "expected the same gradient, and 0 where the mask is 0")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -81,13 +82,13 @@ def test_every_row_weighs_the_same(grpo, seed, draw):
     loss, grad = loss_and_grad(grpo, old, old, old, adv, mask, cfg)
     # at ratio 1 each row contributes -A * mean over its tokens: the rows cancel exactly
     assert abs(loss) < 1e-6, (
-        f"loss: a row of {T} tokens with advantage +1 and a row of 1 token with advantage -1 give loss {loss:.4f}; "
-        f"per the DeepSeekMath form each row is averaged over its own tokens first, so they cancel to 0")
+        f"loss: at ratio 1 and beta 0, a row of {T} tokens with advantage +1 and a row of 1 token with advantage -1 "
+        f"give loss {loss:.4f}; expected 0.0000")
     expected = torch.tensor([-0.5 / T, -0.5 * -1.0], dtype=torch.float64)
     got = torch.stack([grad[0, 0], grad[1, 0]])
     assert torch.allclose(got, expected, atol=1e-6), (
-        f"loss: a token's gradient weight is {rounded(got, 4)} for rows of length {T} and 1; "
-        f"with the per-row mean it is -A / (N * row length) = {rounded(expected, 4)}")
+        f"loss: d loss / d logp of one token in a row of length {T} (advantage +1) and in a row of length 1 "
+        f"(advantage -1) is {rounded(got, 4)}; expected {rounded(expected, 4)}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -100,8 +101,8 @@ def test_each_row_uses_its_own_advantage(grpo, seed, draw):
     _, grad = loss_and_grad(grpo, old, old, old, adv, torch.ones(N, N, dtype=torch.float64), cfg)
     expected = -adv[:, None].expand(N, N) / (N * N)
     assert torch.allclose(grad, expected, atol=1e-8), (
-        f"loss: with N == T, token t of row n is pushed by {rounded(grad[0], 4)} (row 0); every "
-        f"token of row n should carry row n's advantage ({(-adv[0] / (N * N)).item():.4f} for row 0)")
+        f"loss: with N == T == {N}, d loss / d logp along row 0 (advantage {adv[0]:+.3f}) is "
+        f"{rounded(grad[0], 4)}; expected {(-adv[0] / (N * N)).item():.4f} at every token")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -118,9 +119,8 @@ def test_clipping_stops_the_push_outside_the_trust_region(grpo, seed, draw):
     labels = ["r > 1+eps, A > 0", "r > 1+eps, A < 0", "r < 1-eps, A > 0", "r < 1-eps, A < 0"]
     for i in range(4):
         if abs(grad[i, 0] - expected[i]) > 1e-6:
-            pytest.fail(f"loss: with {labels[i]} the gradient is {grad[i, 0]:+.4f}, expected {expected[i]:+.4f}; "
-                        f"the pessimistic min(r*A, clip(r)*A) stops the push only where moving further would "
-                        f"help (clip_eps {eps})")
+            pytest.fail(f"loss: with {labels[i]} (clip_eps {eps}) d loss / d logp is {grad[i, 0]:+.4f}; expected "
+                        f"{expected[i]:+.4f}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -135,8 +135,9 @@ def test_gradient_descent_raises_good_completions(grpo, seed, draw):
     step = -grad.sum(1)  # how a descent step moves each row's total log-prob
     wrong = (step * adv < 0).nonzero()
     assert len(wrong) == 0, (
-        f"loss: a descent step lowers the log-prob of row {int(wrong[0])}, whose advantage is "
-        f"{adv[int(wrong[0])]:+.3f}; completions better than their group should become more likely")
+        f"loss: at ratio 1, a gradient descent step on the loss lowers the log-probs of row {int(wrong[0])}, whose "
+        f"advantage is {adv[int(wrong[0])]:+.3f}; expected them to rise (and to fall where the advantage is "
+        f"negative)")
 
 
 @pytest.mark.parametrize("draw", DRAWS)

@@ -37,8 +37,8 @@ def test_groups_are_contiguous(grpo, seed, draw):
         i = n // G
         if not (torch.equal(r.input_ids[n, :P].cpu(), prompt_ids[i]) and
                 torch.equal(r.attention_mask[n, :P].cpu().long(), prompt_mask[i])):
-            pytest.fail(f"sampling: row {n} does not carry prompt {i}; rows {i * G}..{i * G + G - 1} should all "
-                        f"share prompt {i} (groups are contiguous runs of group_size rows)")
+            pytest.fail(f"sampling: with {B} prompts and group_size {G}, row {n} of the rollout does not hold "
+                        f"prompt {i}; expected rows {i * G}..{i * G + G - 1} to hold prompt {i}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -74,16 +74,18 @@ def test_rows_end_at_their_first_eos(grpo, seed, draw):
         for t in range(comp.shape[1]):
             tok, a = int(comp[n, t]), int(att[n, t])
             if ended and (tok != PAD or a != 0):
-                pytest.fail(f"sampling: row {n} goes on after its EOS (column {t}: token {tok}, attention {a}); "
-                            f"after the first EOS a row holds pad with attention 0")
+                pytest.fail(f"sampling: row {n} holds token {tok} with attention {a} at completion column {t}, "
+                            f"after its EOS; expected pad ({PAD}) with attention 0 after a row's first EOS")
             if not ended and a != 1:
-                pytest.fail(f"sampling: row {n}, completion column {t} is before the row's EOS but has attention 0")
+                pytest.fail(f"sampling: row {n} has attention 0 at completion column {t}, before its EOS; "
+                            f"expected 1")
             ended = ended or tok == EOS
     expected = oracle.completion_mask(comp, EOS)
     got = r.completion_mask.cpu().float()
     assert torch.equal(got, expected), (
-        f"sampling: the rollout's completion_mask differs from 1-up-to-and-including-the-first-EOS in "
-        f"{int((got != expected).sum())} places")
+        f"sampling: the rollout's completion_mask differs from the expected one in {int((got != expected).sum())} "
+        f"places (row 0: {got[0].int().tolist()} for tokens {comp[0].tolist()}, expected "
+        f"{expected[0].int().tolist()})")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -95,8 +97,8 @@ def test_generation_stops_once_every_row_has_ended(grpo, seed, draw):
                group_size=3, max_new_tokens=k + 5)
     T = r.input_ids.shape[1] - r.prompt_len
     assert T == k + 1, (
-        f"sampling: every row had ended after {k + 1} completion tokens, yet the rollout has {T} completion "
-        f"columns; generation should stop as soon as all rows have ended")
+        f"sampling: a model that ends every row with EOS at completion token {k + 1} gives a rollout of {T} "
+        f"completion columns (max_new_tokens {k + 5}); expected {k + 1}")
 
 
 def test_sampling_runs_without_grad(grpo, seed):
@@ -106,8 +108,8 @@ def test_sampling_runs_without_grad(grpo, seed):
     with torch.enable_grad():
         sample(grpo, policy, prompt_ids, prompt_mask, gen, group_size=2, max_new_tokens=3)
     assert policy.grad_enabled and not any(policy.grad_enabled), (
-        f"sampling: the policy was called with grad enabled in {sum(policy.grad_enabled)} of "
-        f"{len(policy.grad_enabled)} forward passes; sampling should build no autograd graph")
+        f"sampling: called with grad enabled around it, generate ran {sum(policy.grad_enabled)} of its "
+        f"{len(policy.grad_enabled)} forward passes with grad enabled; expected none")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -126,8 +128,7 @@ def test_completion_mask_keeps_the_first_eos(grpo, seed, draw):
     if not torch.equal(got, expected):
         n = int((got != expected).any(1).nonzero()[0])
         pytest.fail(f"sampling: completion_mask of row {n} is {got[n].int().tolist()} for tokens "
-                    f"{ids[n].tolist()} (EOS = {EOS}); expected {expected[n].int().tolist()}: 1 up to and "
-                    f"including the first EOS, 0 after it")
+                    f"{ids[n].tolist()} (EOS = {EOS}); expected {expected[n].int().tolist()}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -140,7 +141,7 @@ def test_sampler_logp_is_the_sampling_distribution(grpo, seed, draw):
                temperature=temperature)
     sampler_logp = getattr(r, "sampler_logp", None)
     assert isinstance(sampler_logp, torch.Tensor), (
-        f"sampling: the rollout's sampler_logp is {sampler_logp!r}; generate should record the log-prob of each "
+        f"sampling: the rollout's sampler_logp is {sampler_logp!r}; expected the log-prob of each "
         f"sampled token under the distribution it was drawn from, (N, T)")
     comp = r.input_ids[:, r.prompt_len:].cpu()
     assert tuple(sampler_logp.shape) == tuple(comp.shape), (

@@ -96,9 +96,10 @@ def test_one_step_moves_the_policy_like_the_oracle(grpo, seed, draw):
         f"update: one grpo_step (num_iterations {mu}, beta {beta}) differs from the oracle's step by {err:.1%} of "
         f"its size ({describe(got, expected)})")
     assert isinstance(stats, dict) and all(k in stats for k in ("loss", "kl")), (
-        "update: grpo_step should return a dict with at least 'loss' and 'kl'")
+        f"update: grpo_step returned {sorted(stats) if isinstance(stats, dict) else stats!r}; expected a dict "
+        f"with at least 'loss' and 'kl'")
     assert all(isinstance(stats[k], float) and math.isfinite(stats[k]) for k in ("loss", "kl")), (
-        f"update: grpo_step reports loss {stats['loss']!r} and kl {stats['kl']!r}; both should be finite floats")
+        f"update: grpo_step reports loss {stats['loss']!r} and kl {stats['kl']!r}; expected finite floats")
 
 
 @pytest.mark.parametrize("draw", DRAWS)

@@ -53,14 +53,14 @@ def test_training_raises_the_reward(run):
     assert math.isfinite(after), f"training: after {STEPS} steps the policy's weights hold NaN or inf"
     assert after > before + 0.15, (
         f"training: {STEPS} steps on the sum task took the policy's mean reward from {before:.2f} to {after:.2f}; "
-        f"a working GRPO loop gains well over 0.15 here (the reference gains about 0.45)")
+        f"expected a gain above 0.15 (a healthy loop gains about 0.45 here)")
 
 
 def test_reference_stays_frozen_while_the_policy_moves(run):
     kls = [h["kl"] for h in run[2]]
     assert max(kls[1:]) > 1e-4, (
-        f"training: the KL to the reference stays at {max(kls[1:]):.2g} while the policy trains; the reference "
-        f"should be a frozen copy of the starting policy, not the policy itself or a copy refreshed every step")
+        f"training: over {STEPS} steps of training the logged KL never exceeds {max(kls[1:]):.2g}; expected it to "
+        f"grow above 1e-4 as the policy moves away from where it started")
 
 
 RANK_STEPS, RANK_BATCH, RANK_G = 3, 4, 4

@@ -3,8 +3,8 @@
 import re
 from collections import Counter
 
-from grpo_katas import REFERENCE
-from grpo_katas.catalogue import COMPONENTS, TIERS, fixed_bugs, kata_source, load_bugs, load_katas, plant
+from grpo_katas.catalogue import (CODEBASES, COMPONENTS, TIERS, codebase_source, fixed_bugs, kata_source, load_bugs,
+                                  load_katas, plant)
 
 BUGS, KATAS = load_bugs(), load_katas()
 
@@ -15,9 +15,14 @@ def test_the_catalogue_is_large_and_covers_every_component():
     assert all(b.what and b.symptom and b.checks for b in BUGS.values())
 
 
-def test_every_bug_plants_alone():
-    for bug in BUGS.values():
-        assert plant(REFERENCE.read_text(), [bug]) != REFERENCE.read_text(), bug.id
+def test_every_bug_plants_alone_in_every_codebase_it_applies_to():
+    for name in CODEBASES:
+        source = codebase_source(name)
+        for bug in BUGS.values():
+            if bug.applies_to(name):
+                assert plant(source, [bug], name) != source, (bug.id, name)
+            else:
+                assert bug.skip.get(name), f"{bug.id} has no edits for {name} and no reason why not"
 
 
 def test_katas_are_the_reference_plus_their_bugs():
@@ -27,10 +32,10 @@ def test_katas_are_the_reference_plus_their_bugs():
 
 def test_tiers_and_counts():
     tiers = Counter(k.tier for k in KATAS)
-    assert len(KATAS) >= 24 and set(tiers) <= set(TIERS)
-    assert tiers["warm-up"] >= 8 and tiers["practice"] >= 8 and tiers["interview"] >= 6
+    assert len(KATAS) >= 32 and set(tiers) <= set(TIERS)
+    assert tiers["warm-up"] >= 8 and tiers["practice"] >= 8 and tiers["frontier"] >= 6 and tiers["interview"] >= 8
     for k in KATAS:
-        n = {"warm-up": (1, 1), "practice": (2, 3), "interview": (4, 6)}[k.tier]
+        n = {"warm-up": (1, 1), "practice": (2, 3), "frontier": (1, 3), "interview": (4, 6)}[k.tier]
         assert n[0] <= len(k.bugs) <= n[1], k.name
         assert len(k.hints) == 3 and k.minutes > 0 and all(b in BUGS for b in k.bugs)
     interview_components = [{BUGS[b].component for b in k.bugs} for k in KATAS if k.tier == "interview"]
@@ -40,8 +45,9 @@ def test_tiers_and_counts():
 def test_nothing_in_a_kata_gives_a_bug_away():
     tell = re.compile(r"bug|wrong|fixme|todo|xxx|hack|broken", re.IGNORECASE)
     for bug in BUGS.values():
-        for _, replace in bug.edits:
-            assert not tell.search(replace), (bug.id, replace)
+        for name, edits in bug.edits.items():
+            for _, replace in edits:
+                assert not tell.search(replace), (bug.id, name, replace)
     for k in KATAS:
         assert not any(b.split("-")[0] in k.slug for b in k.bugs if len(b.split("-")[0]) > 4), k.name
 

@@ -33,11 +33,11 @@ def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     assert state(repo)["katas"]["1"]["solved"]
     cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
-    assert code == 0 and "solved" in out and "1/24 solved" in out
+    assert code == 0 and "solved" in out and "1/35 solved" in out
     assert row(out, 1).split("│")[-2].strip() == "1" and state(repo)["katas"]["1"]["hints"] == 2
     cli(repo, "reset", "1", "--yes")
     code, out = cli(repo, "list")
-    assert "solved before a reset" in out and "1/24 solved" in out
+    assert "solved before a reset" in out and "1/35 solved" in out
 
 
 def row(table: str, n: int) -> str:

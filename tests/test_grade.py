@@ -201,7 +201,7 @@ def test_nothing_a_submission_did_outlives_the_grading(hostile_results):
 def test_the_reference_is_resolved_in_full(repo, tmp_path):
     code, res, _ = grade(repo, GOOD, tmp_path / "out")
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
-    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == 34
+    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == 46
     assert res["sandbox"].split()[0] == sandbox.resolve("auto")[0]
 
 

@@ -6,18 +6,17 @@ PYTHON  := $(BIN)/python
 STAMP   := $(VENV)/.installed
 export PYTHONWARNINGS := ignore:Failed to initialize NumPy
 TARGET  ?= solutions/grpo.py
-SEED    ?= 0
 
 CLI     := $(PYTHON) -m grpo_katas.cli
 
-.PHONY: help setup bubblewrap test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
+.PHONY: help setup bubblewrap drill stats test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
 
 help:
 	@echo "Practice (each wraps python -m grpo_katas.cli; python -m grpo_katas.cli COMMAND --help says more):"
 	@echo "  make kata N=3               start here: kata 3's brief, and your working copy in work/ (never overwritten)"
-	@echo "  make run N=3 [STEPS=30] [SET='beta=0.5']"
+	@echo "  make run N=3 [STEPS=40] [SET='beta=0.5'] [NPROC=2]"
 	@echo "                              train your copy for a few seconds with a live table, to see the symptom;"
-	@echo "                              SET changes GRPOConfig fields when a brief says a symptom needs it"
+	@echo "                              the run the brief describes unless STEPS, SET or NPROC say otherwise"
 	@echo "  make check N=3              the hidden checks on your copy, by component: the verdict on your fix"
 	@echo "  make check TARGET=f.py      the same checks on any file implementing the contract (SEED=0 by default)"
 	@echo "  make watch N=3              rerun the checks on every save, for an edit-save-look loop"
@@ -25,6 +24,10 @@ help:
 	@echo "  make solution N=3 [FORCE=1] after solving: the diff to the reference and why each bug matters"
 	@echo "  make reset N=3 [YES=1]      start over: your copy goes to backups/, the pristine kata comes back"
 	@echo "  make list                   every kata and your progress, to choose what to practise next"
+	@echo "  make drill [TIER=] [BUGS=] [CODEBASE=] [SEED=]"
+	@echo "                              a fresh kata drawn from the catalogue, proven, started as N=d1, d2, ...;"
+	@echo "                              without SEED it leans towards the bug classes you keep missing"
+	@echo "  make stats                  your drill record per bug class: attempts, solve rate, time, when due"
 	@echo "Mock interviews:"
 	@echo "  make mock [N=] [TIER=] [MINUTES=]  a timed round on a kata you have not solved; Ctrl-C stops the clock"
 	@echo "  make mock-end               end the round: checks, time on the clock, hints, and a scorecard in work/rounds/"
@@ -33,6 +36,7 @@ help:
 	@echo "  make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix in isolation: results.json, junit.xml, summary.md"
 	@echo "The reference trainer:"
 	@echo "  make train [TASK=sum] [STEPS=200] [DEVICE=auto] [SET='beta=0.1 lr=3e-3'] [OUT=runs/x] [RESUME=1] [COMPILE=1]"
+	@echo "             [NPROC=2]        NPROC: data-parallel ranks under torchrun (gloo on the CPU, NCCL on GPUs)"
 	@echo "                              train the reference with a live display; OUT keeps metrics and checkpoints,"
 	@echo "                              RESUME=1 continues one (python -m grpo_katas.trainer --help explains each flag)"
 	@echo "  make bench                  how fast the reference trains on this machine, stage by stage"
@@ -74,7 +78,7 @@ check: $(STAMP)
 ifneq ($(origin N),undefined)
 	@$(CLI) check "$(N)"
 else
-	$(PYTHON) -m pytest -q checks --target "$(TARGET)" --seed $(SEED)
+	$(PYTHON) -m pytest -q checks --target "$(TARGET)" --seed $(if $(SEED),$(SEED),0)
 endif
 
 kata watch hint: $(STAMP)
@@ -91,6 +95,13 @@ reset: $(STAMP)
 
 list: $(STAMP)
 	@$(CLI) list
+
+drill: $(STAMP)
+	@$(CLI) drill $(if $(TIER),--tier $(TIER)) $(if $(BUGS),--bugs $(BUGS)) $(if $(CODEBASE),--codebase $(CODEBASE)) \
+		$(if $(SEED),--seed $(SEED))
+
+stats: $(STAMP)
+	@$(CLI) stats
 
 verify: $(STAMP)
 	$(PYTHON) -m grpo_katas.verify

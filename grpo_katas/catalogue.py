@@ -98,10 +98,16 @@ class Kata:
     symptoms: tuple     # ({"metric", "window", "relation", ...}, ...): what the brief cites, checked by verify
     run: dict           # the run the brief describes and `make run` makes: steps, seed, nproc, set (overrides)
     path: Path
+    drill: bool = False  # drawn by `make drill` into work/drills/, not one of the repository's katas
+
+    @property
+    def key(self) -> str:
+        """What a user types after N=: 7 for kata 7, d3 for drill 3."""
+        return f"d{self.number}" if self.drill else str(self.number)
 
     @property
     def name(self) -> str:
-        return f"{self.number:02d}-{self.slug}"
+        return f"d{self.number:02d}-drill" if self.drill else f"{self.number:02d}-{self.slug}"
 
     @property
     def loop(self) -> Path:
@@ -212,16 +218,22 @@ def tells_in(text: str, bugs) -> list:
     return [(b.id, t) for b in bugs for t in b.tells if t.lower() in lower]
 
 
-def fixed_bugs(kata: Kata, bugs: dict, verdicts: dict) -> int:
-    """How many planted bugs are fixed. A bug is judged by the checks that only it trips among the kata's bugs;
+def fixed_bug_ids(kata: Kata, bugs: dict, verdicts: dict) -> list:
+    """The planted bugs that are fixed. A bug is judged by the checks that only it trips among the kata's bugs;
     where it shares all of them, by the checks of its own component. A check that did not run counts as failing."""
-    count = 0
+    fixed = []
     for b in kata.bugs:
         declared = bugs[b].checks_in(kata.codebase)
         others = set().union(*(bugs[o].checks_in(kata.codebase) for o in kata.bugs if o != b))
         mine = [c for c in declared if c not in others] or [c for c in declared if c.component == bugs[b].component]
-        count += all(c in verdicts and verdicts[c].passed for c in mine)
-    return count
+        if all(c in verdicts and verdicts[c].passed for c in mine):
+            fixed.append(b)
+    return fixed
+
+
+def fixed_bugs(kata: Kata, bugs: dict, verdicts: dict) -> int:
+    """How many planted bugs are fixed (see fixed_bug_ids)."""
+    return len(fixed_bug_ids(kata, bugs, verdicts))
 
 
 def build(root: Path = KATAS) -> list:

@@ -23,8 +23,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from grpo_katas import REFERENCE, ROOT, UserError, progress, rounds
-from grpo_katas.catalogue import CODEBASES, COMPONENTS, CatalogueError, find_kata, fixed_bugs, load_bugs, load_katas
+from grpo_katas import ROOT, UserError, drills, progress, rounds
+from grpo_katas.catalogue import (CODEBASES, COMPONENTS, CatalogueError, find_kata, fixed_bug_ids, load_bugs,
+                                  load_katas)
 from grpo_katas.curves import CURVES, NOT_FINITE, PLOT_HINT, plot_png, series, shared_range, sparkline, summarize
 from grpo_katas.jobs import LoopRun, reference_run, run_checks, step_stats
 from grpo_katas.progress import load_state, now, require_copy, working_copy
@@ -46,7 +47,7 @@ def kata_or_fail(number):
         valid = ", ".join(str(k.number) for k in load_katas())
         raise UserError(f"which kata? give its number, e.g. `make kata N=1`; valid: {valid}")
     try:
-        kata = find_kata(number)
+        kata = drills.load(number) if drills.is_drill(number) else find_kata(number)
     except CatalogueError as exc:
         raise UserError(str(exc)) from None
     if not kata.loop.exists():
@@ -80,10 +81,10 @@ def cmd_kata(args) -> int:
     body = (f"[bold]{escape(kata.title)}[/]   tier: {kata.tier}   time box: {kata.minutes} min   "
             f"bugs: {len(kata.bugs)}\n\n{escape(scenario(kata))}\n\n"
             f"{note}\n"
-            f"See the symptom:  make run N={kata.number}\n"
-            f"Check your fix:   make check N={kata.number}   (or make watch N={kata.number})\n"
-            f"Stuck?            make hint N={kata.number}")
-    console.print(Panel(body, title=f"kata {kata.number}: {kata.name}", expand=False))
+            f"See the symptom:  make run N={kata.key}\n"
+            f"Check your fix:   make check N={kata.key}   (or make watch N={kata.key})\n"
+            f"Stuck?            make hint N={kata.key}")
+    console.print(Panel(body, title=f"kata {kata.key}: {kata.name}", expand=False))
     return 0
 
 
@@ -105,7 +106,7 @@ def cmd_run(args) -> int:
     nproc = kata.run["nproc"] if args.nproc is None else args.nproc
     runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--nproc", str(nproc), "--set", *args.set]
     run = LoopRun(path, runner_args)
-    history, last = live_run(run, f"kata {kata.number}: {path.relative_to(ROOT)}", max(1, args.steps))
+    history, last = live_run(run, f"kata {kata.key}: {path.relative_to(ROOT)}", max(1, args.steps))
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
         raise UserError(f"--{last['setting'].replace('_', '-')} {last['problem']}")
     if last and last["event"] == "error":
@@ -155,7 +156,7 @@ def compare_with_reference(kata, history: list, runner_args: list, args) -> None
         console.print(f"reward {yours.first:.3f} -> {yours.last:.3f} (mean of the first and last 5 steps); "
                       f"healthy: {ref.first:.3f} -> {ref.last:.3f}" + (" (cached)" if cached else ""))
     png = working_copy(kata).parent / "run.png"
-    label = f"kata {kata.number}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
+    label = f"kata {kata.key}, seed {args.seed}" + (f", {' '.join(args.set)}" if args.set else "")
     if plot_png({"yours": history, "healthy": reference}, png, label):
         console.print(f"curves: {png.relative_to(ROOT)}")
     else:
@@ -175,7 +176,7 @@ def run_table(rows: list, title: str) -> Table:
 
 def show_curves(kata, history: list, reference: list, steps: int, problem: str | None) -> None:
     """Sparklines of your run and the reference's, one row per curve, on a shared scale per curve."""
-    table = Table("", f"kata {kata.number} (yours)", "healthy (the same code, no bugs)", box=None, padding=(0, 2),
+    table = Table("", f"kata {kata.key} (yours)", "healthy (the same code, no bugs)", box=None, padding=(0, 2),
                   title=f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)", title_justify="left")
     for key, label, digits in CURVES:
         mine, ref = series(history, key, steps), series(reference, key, steps)
@@ -211,14 +212,19 @@ def cmd_check(args) -> int:
     path = require_copy(kata)
     results = run_checks(path)
     bugs = load_bugs()
-    console.print(check_table(results, f"kata {kata.number}: {path.relative_to(ROOT)}"))
-    n_fixed, n_failed = fixed_bugs(kata, bugs, results), sum(not r.passed for r in results.values())
-    console.print(f"{n_fixed} of {len(kata.bugs)} bugs fixed; {len(results) - n_failed} of {len(results)} checks pass")
+    console.print(check_table(results, f"kata {kata.key}: {path.relative_to(ROOT)}"))
+    fixed = fixed_bug_ids(kata, bugs, results)
+    n_failed = sum(not r.passed for r in results.values())
+    console.print(f"{len(fixed)} of {len(kata.bugs)} bugs fixed; {len(results) - n_failed} of {len(results)} checks pass")
+    if kata.drill:
+        drills.note_fixed(kata, fixed)
     if n_failed:
         return 1
     p = progress.solve(kata)
+    if kata.drill:
+        drills.record_attempt(kata, list(kata.bugs), p["seconds"], progress.hints_counted(p), revealed=False)
     console.print(f"[bold green]Solved[/] in {minutes(p['seconds'])} (time box {kata.minutes} min), "
-                  f"{progress.hints_counted(p)} hint(s). See the explanation: make solution N={kata.number}")
+                  f"{progress.hints_counted(p)} hint(s). See the explanation: make solution N={kata.key}")
     return 0
 
 
@@ -253,15 +259,47 @@ def cmd_hint(args) -> int:
 def cmd_solution(args) -> int:
     kata = kata_or_fail(args.n)
     progress.reveal(kata, args.force)
+    if kata.drill:  # a drill revealed before it is solved counts its unfixed bugs as missed
+        record = progress.record_of(load_state(), kata)
+        if not record.get("solved"):
+            drills.record_attempt(kata, drills.last_fixed(kata), progress.elapsed(record),
+                                  progress.hints_counted(record), revealed=True)
+        console.print(f"[bold]drill {kata.key}[/]: the {kata.codebase} codebase with "
+                      f"{', '.join(kata.bugs)} (seed {drills.recipe(kata)['seed']})")
     bugs = load_bugs()
-    diff = difflib.unified_diff(kata.loop.read_text().splitlines(), REFERENCE.read_text().splitlines(),
-                                f"katas/{kata.name}/grpo.py", "solutions/grpo.py", lineterm="", n=2)
+    healthy = CODEBASES[kata.codebase].path
+    diff = difflib.unified_diff(kata.loop.read_text().splitlines(), healthy.read_text().splitlines(),
+                                f"{kata.name}/grpo.py", str(healthy.relative_to(ROOT)), lineterm="", n=2)
     console.print(Syntax("\n".join(diff), "diff", theme="ansi_dark", word_wrap=True))
     for b in kata.bugs:
         bug = bugs[b]
         thread = f"\n[dim]seen in: {escape(bug.thread)}[/]" if bug.thread else ""
         console.print(Panel(f"{escape(bug.what)}\n\n[italic]symptom:[/] {escape(bug.symptom)}{thread}",
                             title=f"{bug.id} ({bug.component})", expand=False))
+    return 0
+
+
+def cmd_drill(args) -> int:
+    with console.status("drawing a drill and proving it (the checks on it, a short run against a healthy one)") \
+            as status:
+        kata, seconds, tries = drills.make(args.tier, args.bugs, args.codebase, args.seed,
+                                           on_try=lambda note: status.update(note))
+    console.print(f"[dim]drawn and proven in {seconds:.0f} s ({tries} draw(s))[/]")
+    args.n = kata.key
+    return cmd_kata(args)
+
+
+def cmd_stats(args) -> int:
+    rows = drills.stats(load_state())
+    if not rows:
+        console.print("no drill finished yet: `make drill` draws one (stats come from solved or revealed drills)")
+        return 0
+    table = Table("bug class", "component", "attempts", "solved", "median time", "box", "next due")
+    bugs = load_bugs()
+    for b, attempts, rate, median, due, box in rows:
+        table.add_row(b, bugs[b].component if b in bugs else "?", str(attempts), f"{rate:.0%}",
+                      minutes(median) if median is not None else "", str(box), due[:10])
+    console.print(table)
     return 0
 
 
@@ -272,7 +310,7 @@ def cmd_reset(args) -> int:
         if not args.yes:
             if not sys.stdin.isatty():
                 raise UserError("reset asks for confirmation; pass --yes (make reset N=.. YES=1) to do it unattended")
-            if input(f"Back up and restore the pristine kata {kata.number}? [y/N] ").strip().lower() != "y":
+            if input(f"Back up and restore the pristine kata {kata.key}? [y/N] ").strip().lower() != "y":
                 console.print("nothing changed")
                 return 1
     backup = progress.reset(kata)
@@ -314,7 +352,7 @@ def cmd_mock(args) -> int:
         raise UserError(f"a round on kata {active['kata']} is in progress; end it with `make mock-end` first")
     if not active:
         kata = kata_or_fail(args.n) if args.n not in (None, "") else rounds.pick(state, args.tier)
-        args.n = str(kata.number)
+        args.n = str(kata.key)
         cmd_kata(args)
         rounds.open_round(kata, args.minutes if args.minutes else kata.minutes)
     else:
@@ -351,7 +389,7 @@ def cmd_mock_notes(args) -> int:
     kata = kata_or_fail(args.n)
     bugs = load_bugs()
     console.print(Panel(f"[bold]{escape(kata.title)}[/]  {kata.tier}, {kata.minutes} min, {len(kata.bugs)} bug(s)",
-                        title=f"interviewer's sheet: kata {kata.number}", expand=False))
+                        title=f"interviewer's sheet: kata {kata.key}", expand=False))
     table = Table("bug", "component", "what is wrong", "symptom")
     for b in kata.bugs:
         table.add_row(b, bugs[b].component, escape(bugs[b].what), escape(bugs[b].symptom))
@@ -384,7 +422,7 @@ def cmd_mock_end(args) -> int:
 def cmd_bundle(args) -> int:
     kata = kata_or_fail(args.n)
     out = rounds.write_bundle(kata, Path(args.out))
-    console.print(f"bundle for kata {kata.number} written to {out}: grpo.py, BRIEF.md, README.md, lab/")
+    console.print(f"bundle for kata {kata.key} written to {out}: grpo.py, BRIEF.md, README.md, lab/")
     return 0
 
 
@@ -418,6 +456,11 @@ COMMANDS = {
                    "For whoever runs a round: what to look for and how to score it. It gives the answers away."),
     "mock-end": (cmd_mock_end, "end the round: run the checks and write a scorecard to work/rounds/",
                  "Closes the round with the time on its clock, bugs fixed, hints taken, and a rubric to fill in."),
+    "drill": (cmd_drill, "draw a fresh kata from the catalogue and the codebases, prove it, and start it as dNN",
+              "When the numbered katas are known by heart: a new codebase-and-bugs combination each time, "
+              "scheduled towards the bug classes you missed, needed hints for or solved slowly."),
+    "stats": (cmd_stats, "your drill record per bug class: attempts, solve rate, median time, when it is due",
+              "To see what you keep missing; the next drill leans towards what is due."),
     "bundle": (cmd_bundle, "write what a candidate gets for a live round: the loop, its brief and lab/, nothing else",
                "To hand a kata to someone without the checks, the reference or the catalogue."),
 }
@@ -429,9 +472,9 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, what, why) in COMMANDS.items():
         s = sub.add_parser(name, help=what, description=f"{what}. {why}")
-        if name not in ("list", "mock-end"):
+        if name not in ("list", "mock-end", "drill", "stats"):
             s.add_argument("n", nargs="?", default=None, metavar="N",
-                           help="the kata number (make ... N=3); `make list` shows them all")
+                           help="the kata number (make ... N=3), or a drill's (d3); `make list` shows them all")
     run = sub.choices["run"]
     run.add_argument("--steps", type=int, default=None,
                      help="training steps (default: the kata's run, 40 unless its brief says; a few seconds on a CPU); "
@@ -457,6 +500,15 @@ def parser() -> argparse.ArgumentParser:
     sub.choices["mock"].add_argument("--minutes", type=float, default=None,
                                      help="the time box (default: the kata's own); shorter for more pressure")
     sub.choices["bundle"].add_argument("out", metavar="OUT", help="a new (or empty) folder for the bundle")
+    drill = sub.choices["drill"]
+    drill.add_argument("--tier", choices=["warm-up", "practice", "frontier", "interview"], default=None,
+                       help="how hard: warm-up one bug, practice 2-3, frontier 1-2 of the newer bugs, interview 4-5 "
+                            "across at least 4 components (default practice)")
+    drill.add_argument("--bugs", type=int, default=None, help="how many bugs (default: the tier's usual number)")
+    drill.add_argument("--codebase", choices=sorted(CODEBASES), default=None,
+                       help="the codebase to plant them in (default: any): to practise reading one style")
+    drill.add_argument("--seed", type=int, default=None,
+                       help="the same seed always gives the same drill (default: scheduled by your record)")
     return p
 
 

@@ -41,7 +41,9 @@ def shown(path: Path) -> str:
 # The types of the fields this version reads; other fields are kept as they are.
 RECORD_FIELDS = {"hints": int, "started": str, "solved": str, "seconds": (int, float), "revealed_unsolved": str,
                  "hints_before_solving": int, "history": list}
-ROUND_FIELDS = {"kata": int, "started": str, "minutes": (int, float), "hints_at_start": int, "clock": list}
+DRILL_FIELDS = {"made": str, "recorded": bool, "fixed": list}
+CLASS_FIELDS = {"box": int, "attempts": list, "due": str}
+ROUND_FIELDS = {"kata": (int, str), "started": str, "minutes": (int, float), "hints_at_start": int, "clock": list}
 
 
 def check_shape(state) -> None:
@@ -56,13 +58,17 @@ def check_shape(state) -> None:
             if name not in obj:
                 raise ValueError(f"{where} has no {name}")
         for name, kind in spec.items():
-            if name in obj and (not isinstance(obj[name], kind) or isinstance(obj[name], bool)):
+            if name in obj and (not isinstance(obj[name], kind) or (isinstance(obj[name], bool) and kind is not bool)):
                 raise ValueError(f"{where}.{name} is {obj[name]!r}")
 
     for n, record in state["katas"].items():
         fields(record, RECORD_FIELDS, f"katas.{n}", required=("hints",))
         for i, old in enumerate(record.get("history", [])):
             fields(old, RECORD_FIELDS, f"katas.{n}.history[{i}]")
+    for key, entry in state.get("drills", {}).items():
+        fields(entry, DRILL_FIELDS, f"drills.{key}")
+    for key, entry in state.get("classes", {}).items():
+        fields(entry, CLASS_FIELDS, f"classes.{key}", required=("box", "attempts"))
     if "round" in state:
         fields(state["round"], ROUND_FIELDS, "round", required=("kata", "started", "minutes"))
         for i, span in enumerate(state["round"].get("clock", [])):
@@ -137,7 +143,7 @@ def write_cache(name: str, obj) -> None:
 
 def record_of(state: dict, kata) -> dict:
     """The kata's record in `state`, created empty on first use."""
-    return state["katas"].setdefault(str(kata.number), {"hints": 0})
+    return state["katas"].setdefault(kata.key, {"hints": 0})
 
 
 def elapsed(record: dict) -> float:
@@ -156,7 +162,7 @@ def working_copy(kata) -> Path:
 def require_copy(kata) -> Path:
     path = working_copy(kata)
     if not path.exists():
-        raise UserError(f"no working copy of kata {kata.number} yet; start it with `make kata N={kata.number}`")
+        raise UserError(f"no working copy of kata {kata.key} yet; start it with `make kata N={kata.key}`")
     return path
 
 
@@ -185,9 +191,9 @@ def reset(kata) -> Path | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(kata.loop, path)
     state = load_state()
-    old = state["katas"].pop(str(kata.number), None)
+    old = state["katas"].pop(kata.key, None)
     history = (old or {}).pop("history", []) + ([old] if old else [])
-    state["katas"][str(kata.number)] = {"hints": 0, "started": now(), "history": history}
+    state["katas"][kata.key] = {"hints": 0, "started": now(), "history": history}
     save_state(state)
     return backup
 
@@ -229,8 +235,8 @@ def reveal(kata, force: bool) -> None:
     if record.get("solved"):
         return
     if not force:
-        raise UserError(f"kata {kata.number} is not solved yet; `make check N={kata.number}` must pass first "
-                        f"(or `make solution N={kata.number} FORCE=1` to reveal it anyway, which is recorded)")
+        raise UserError(f"kata {kata.key} is not solved yet; `make check N={kata.key}` must pass first "
+                        f"(or `make solution N={kata.key} FORCE=1` to reveal it anyway, which is recorded)")
     record["revealed_unsolved"] = now()
     save_state(state)
 
@@ -246,7 +252,7 @@ class Status:
 
 
 def status(state: dict, kata) -> Status:
-    record = state["katas"].get(str(kata.number), {})
+    record = state["katas"].get(kata.key, {})
     before = any(old.get("solved") for old in record.get("history", []))
     if record.get("solved"):
         label, seconds = "solved", record["seconds"]

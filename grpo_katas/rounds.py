@@ -39,7 +39,7 @@ def pick(state: dict, tier: str | None):
 
 def open_round(kata, minutes: float) -> dict:
     state = load_state()
-    state["round"] = {"kata": kata.number, "started": now(), "minutes": minutes,
+    state["round"] = {"kata": kata.key, "started": now(), "minutes": minutes,
                       "hints_at_start": record_of(state, kata)["hints"], "clock": []}
     save_state(state)
     return state["round"]
@@ -86,14 +86,14 @@ def close_round(kata, results: dict | None, error: str | None, ended: str) -> tu
     else:
         checks, fixed = {"passed": 0, "total": 0, "error": error}, 0
     hints = max(0, hints_counted(record_of(state, kata)) - active.get("hints_at_start", 0))
-    card = {"kata": kata.number, "title": kata.title, "tier": kata.tier, "started": active["started"],
+    card = {"kata": kata.key, "title": kata.title, "tier": kata.tier, "started": active["started"],
             "ended": ended, "seconds_used": round(seconds_used(active, ended)),
             "minutes_used": round(seconds_used(active, ended) / 60, 1), "clock": active.get("clock"),
             "time_box_minutes": active["minutes"], "bugs_fixed": fixed, "bugs_planted": len(kata.bugs),
             "checks": checks, "hints_used": hints, "rubric": {name: None for name, _ in RUBRIC}}
     folder = WORK / "rounds"
     folder.mkdir(parents=True, exist_ok=True)
-    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.number:02d}"
+    stem = f"{datetime.now().strftime('%Y-%m-%d-%H%M%S')}-kata-{kata.name.split('-')[0]}"
     md = unique_path(folder, stem, ".md")
     md.with_suffix(".json").write_text(json.dumps(card, indent=1))
     md.write_text(scorecard_markdown(card))

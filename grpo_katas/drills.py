@@ -1,0 +1,321 @@
+"""Drills: a fresh kata every time, drawn from the catalogue and the codebases, proven on the spot, and scheduled
+by what you keep missing.
+
+    make drill [TIER=warm-up|practice|frontier|interview] [BUGS=k] [CODEBASE=name] [SEED=s]
+
+A drill is a codebase with k compatible bugs planted (their edits apply together), written to
+work/drills/dNN/ (the pristine file, its brief and its recipe) and then handled like any kata: `make run N=d3`,
+`make check N=d3`, hints, solution, reset, mock, grade, bundle. Before it is handed over it is proven: the
+checks run on it and each drawn bug trips at least one check that no other drawn bug trips (so none hides
+another), and a short run of it against a run of its healthy codebase shows a symptom the brief can cite; a draw
+that fails either is redrawn, within a time bound, unseen. The brief is written from that run: one or two
+metrics that moved, with their numbers, and how many bugs there are; never a component.
+
+The same seed always gives the same drill. Without SEED, the draw is scheduled: each bug is a class with a
+Leitner box (0 to 4) in work/state.json. A class you found without hints moves up a box; one you needed hints
+for stays; one you missed, revealed early or solved slowly (over the time box) goes back to box 0. A class is
+due 2**box days after its last attempt; the draw weighs due classes and classes never seen over the rest, and
+the most overdue most. The recipe (codebase, bugs, seed) is never shown until the drill is solved or revealed.
+"""
+import json
+import math
+import random
+import re
+import tempfile
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from grpo_katas import UserError
+from grpo_katas.catalogue import (CODEBASES, RUN_DEFAULTS, TIERS, CatalogueError, Kata, codebase_source, load_bugs,
+                                  plant)
+from grpo_katas.progress import WORK, load_state, now, save_state
+
+DRILLS = WORK / "drills"
+FRONTIER = {"accum-divided-by-steps", "accum-local-token-count", "kl-detached-logp", "old-logp-bf16",
+            "is-weight-inverted", "is-weight-uncapped", "is-weight-from-policy", "kl-in-reward", "loss-type-ignored",
+            "dr-grpo-rollout-width", "scale-rewards-truthy", "clip-high-on-lower", "mask-by-multiplication",
+            "sampler-logp-untempered"}
+TIER_BUGS = {"warm-up": (1, 1), "practice": (2, 3), "frontier": (1, 2), "interview": (4, 5)}
+TIER_MINUTES = {"warm-up": 10, "practice": 20, "frontier": 20, "interview": 45}
+DRILL_RUN = {**RUN_DEFAULTS, "steps": 30}
+PROOF_SECONDS = 180          # drawing and proving gives up (with a message) after this long
+BOXES = 5
+
+
+def is_drill(key) -> bool:
+    return bool(re.fullmatch(r"\s*[dD]\d{1,4}\s*", str(key or "")))
+
+
+# --- drawing --------------------------------------------------------------------------------------------
+
+def candidates(bugs: dict, tier: str, codebase: str) -> list:
+    """The bugs a drill of this tier can hold in this codebase (single-rank runs: no data-parallel bugs)."""
+    out = []
+    for b in bugs.values():
+        if not b.applies_to(codebase) or b.id.startswith("ddp-"):
+            continue
+        if tier == "frontier" and b.id not in FRONTIER:
+            continue
+        if tier in ("warm-up", "practice") and b.id in FRONTIER:
+            continue
+        out.append(b.id)
+    return sorted(out)
+
+
+def draw(bugs: dict, tier: str, k: int | None, codebase: str | None, rng: random.Random, weights: dict) -> tuple:
+    """(codebase, bug ids): k bugs whose edits plant together, each a different place; interview rounds span at
+    least 4 components. `weights` (bug id -> weight) biases the choice; empty means uniform."""
+    lo, hi = TIER_BUGS[tier]
+    for _ in range(200):
+        name = codebase or rng.choice(sorted(CODEBASES))
+        n = k or rng.randint(lo, hi)
+        pool = candidates(bugs, tier, name)
+        chosen = []
+        while len(chosen) < n and pool:
+            w = [weights.get(b, 1.0) for b in pool]
+            pick = rng.choices(pool, weights=w)[0]
+            pool.remove(pick)
+            try:
+                plant(codebase_source(name), [bugs[b] for b in chosen + [pick]], name)
+            except CatalogueError:
+                continue  # its edits collide with one already drawn
+            chosen.append(pick)
+        if len(chosen) < n:
+            continue
+        if tier == "interview" and len({bugs[b].component for b in chosen}) < min(4, n):
+            continue
+        return name, sorted(chosen)
+    raise UserError(f"no {tier} drill with {k or 'its usual number of'} bugs can be drawn"
+                    + (f" in the {codebase} codebase" if codebase else ""))
+
+
+# --- proving --------------------------------------------------------------------------------------------
+
+def own_checks(bugs: dict, chosen: list, codebase: str) -> dict:
+    """bug id -> the checks that only it trips among the drawn bugs (or, sharing all, those of its component)."""
+    out = {}
+    for b in chosen:
+        declared = bugs[b].checks_in(codebase)
+        others = set().union(*(bugs[o].checks_in(codebase) for o in chosen if o != b))
+        out[b] = [c for c in declared if c not in others] or [c for c in declared if c.component == bugs[b].component]
+    return out
+
+
+def hidden_bugs(bugs: dict, chosen: list, codebase: str, verdicts: dict) -> list:
+    """The drawn bugs none of whose own checks fails in the combination (another bug hides them)."""
+    mine = own_checks(bugs, chosen, codebase)
+    return [b for b in chosen if not any(c in verdicts and not verdicts[c].passed for c in mine[b])]
+
+
+def symptoms_of(drill_path: Path, codebase: str) -> list:
+    """(metric, the drill's value, the healthy value) for the metrics that moved most in a short run, largest
+    first; only clear departures (a factor of 1.5, or NaN, or a crash) count."""
+    from grpo_katas.symptoms import METRICS, run_loop
+    mine, healthy = run_loop(drill_path, DRILL_RUN), run_loop(CODEBASES[codebase].path, DRILL_RUN)
+    if mine.crash:
+        return [("crash", None, mine.crash, None)]
+    found = []
+    for m in METRICS:
+        for window in ("last", "max"):
+            a, b = mine.window(m, window), healthy.window(m, window)
+            if a is None or b is None:
+                continue
+            if not math.isfinite(a):
+                found.append((10.0, m, window, a, b))
+                continue
+            floor = {"ratio_dev": 1e-3, "clip_frac": 0.02}.get(m, 0.05)
+            big, small = max(abs(a), abs(b), floor), max(min(abs(a), abs(b)), floor)
+            if (a * b < 0 and abs(a - b) > floor) or big / small > 1.5:
+                found.append((big / small if a * b >= 0 else 5.0, m, window, a, b))
+    found.sort(reverse=True)
+    seen, out = set(), []
+    for _, m, window, a, b in found:
+        if m not in seen:
+            seen.add(m)
+            out.append((m, window, a, b))
+    return out[:2]
+
+
+WORDS = {"reward_mean": "the mean reward", "reward_max": "the best reward in a batch", "kl": "the logged KL",
+         "loss": "the loss", "clip_frac": "the clip fraction", "grad_norm": "the grad norm",
+         "adv_std": "the advantage std", "completion_len": "the completion length",
+         "ratio_dev": "the largest |ratio - 1| on the first inner update"}
+
+
+def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
+    """A colleague's report of the run, from its numbers: one or two symptoms, how many bugs, no component."""
+    steps = DRILL_RUN["steps"]
+    if symptoms and symptoms[0][0] == "crash":
+        seen = f"The run stopped before step {steps}: `{symptoms[0][2]}`."
+    else:
+        parts = []
+        for m, window, a, b in symptoms:
+            when = f"over the last 5 of {steps} steps" if window == "last" else f"at its highest over {steps} steps"
+            value = "NaN" if not math.isfinite(a) else f"{a:.3g}"
+            parts.append(f"{WORDS[m]} {when} is {value} where a healthy run of the same code shows {b:.3g}")
+        seen = "On the default settings, " + "; and ".join(parts) + "."
+    count = "There is one bug in the loop; find and fix it." if n_bugs == 1 else \
+        f"There are {n_bugs} bugs in the loop; find and fix them."
+    return f"A {tier} drill, drawn for you. {seen} {count}"
+
+
+def hints_for(bugs: dict, chosen: list, symptoms: list) -> list:
+    comps = sorted({bugs[b].component for b in chosen})
+    first = ("Reproduce it first: `make run` shows the same numbers beside a healthy run; watch "
+             + (" and ".join(WORDS.get(s[0], s[0]) for s in symptoms if s[0] != "crash") or "where it stops")
+             + ", and change one setting at a time (SET=beta=0, SET=num_iterations=1) to see what moves them.")
+    second = "Look at: " + ", ".join(comps) + (" (one bug in each)" if len(comps) == len(chosen) else "") + "."
+    third = " ".join(bugs[b].what.split(". ")[0].rstrip(".") + "." for b in chosen)
+    return [first, second, third]
+
+
+def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
+    """(None, symptoms) when the drill is proven, else (why not, None)."""
+    from grpo_katas import matrix
+    path = workdir / "grpo.py"
+    path.write_text(plant(codebase_source(codebase), [bugs[b] for b in chosen], codebase))
+    run = matrix.run([path], [0])
+    if 0 in run.load_errors:
+        return f"it does not import: {run.load_errors[0]}", None
+    hidden = hidden_bugs(bugs, chosen, codebase, run.of(0, 0))
+    if hidden:
+        return f"{', '.join(hidden)} hidden by the others", None
+    symptoms = symptoms_of(path, codebase)
+    if not symptoms:
+        return "no symptom shows in a short run", None
+    return None, symptoms
+
+
+# --- the work area ------------------------------------------------------------------------------------
+
+def folder(number: int) -> Path:
+    return DRILLS / f"d{number:02d}"
+
+
+def load(key) -> Kata:
+    """The drill a user named (d3), as a Kata."""
+    number = int(str(key).strip()[1:])
+    meta = folder(number) / "drill.json"
+    if not meta.exists():
+        made = sorted(int(p.name[1:]) for p in DRILLS.glob("d[0-9]*")) if DRILLS.exists() else []
+        raise CatalogueError(f"there is no drill d{number}" + (f"; yours: {', '.join(f'd{n}' for n in made)}"
+                                                               if made else "; draw one with `make drill`"))
+    d = json.loads(meta.read_text())
+    return Kata(number, "drill", f"Drill d{number}", d["tier"], d["minutes"], d["codebase"], tuple(d["bugs"]),
+                tuple(d["hints"]), tuple(d["symptoms"]), DRILL_RUN, folder(number), drill=True)
+
+
+def make(tier: str | None = None, k: int | None = None, codebase: str | None = None, seed: int | None = None,
+         on_try=lambda note: None) -> tuple:
+    """Draw, prove and write a new drill; (kata, seconds spent, tries). Scheduled when no seed is given."""
+    tier = tier or "practice"
+    if tier not in TIERS:
+        raise UserError(f"TIER must be one of {', '.join(TIERS)}, got {tier!r}")
+    if codebase is not None and codebase not in CODEBASES:
+        raise UserError(f"CODEBASE must be one of {', '.join(CODEBASES)}, got {codebase!r}")
+    lo, hi = TIER_BUGS[tier]
+    if k is not None and not 1 <= k <= 6:
+        raise UserError(f"BUGS must be between 1 and 6, got {k}")
+    bugs, state = load_bugs(), load_state()
+    scheduled = seed is None
+    if scheduled:
+        seed = len(state.get("drills", {})) + 1000 * len(state.get("classes", {}))
+    rng = random.Random(seed)
+    weights = schedule_weights(state, datetime.now(timezone.utc)) if scheduled else {}
+    start, tries, why = time.monotonic(), 0, []
+    with tempfile.TemporaryDirectory() as tmp:
+        while time.monotonic() - start < PROOF_SECONDS:
+            tries += 1
+            name, chosen = draw(bugs, tier, k, codebase, rng, weights)
+            on_try(f"try {tries}: proving a {tier} drill")
+            problem, symptoms = prove(bugs, name, chosen, Path(tmp))
+            if problem is None:
+                break
+            why.append(problem)
+        else:
+            raise UserError(f"no drill could be proven in {PROOF_SECONDS} s ({tries} draws: {'; '.join(why[-3:])}); "
+                            f"try another SEED or TIER")
+        state = load_state()
+        drills = state.setdefault("drills", {})
+        number = max([int(n[1:]) for n in drills] + [0]) + 1
+        target = folder(number)
+        target.mkdir(parents=True, exist_ok=True)
+        (target / "grpo.py").write_text((Path(tmp) / "grpo.py").read_text())
+    minutes = TIER_MINUTES[tier] + 5 * (len(chosen) - lo)
+    recorded = [{"metric": m, "window": w, "relation": "above" if a > b else "below", "kata": a, "healthy": b}
+                if m != "crash" else {"relation": "crash", "message": a} for m, w, a, b in symptoms]
+    brief = brief_text(symptoms, len(chosen), tier)
+    (target / "BRIEF.md").write_text(f"# Drill d{number}\n\n{brief}\n\nStart with `make kata N=d{number}`.\n")
+    meta = {"tier": tier, "minutes": minutes, "codebase": name, "bugs": chosen, "seed": seed,
+            "scheduled": scheduled, "hints": hints_for(bugs, chosen, symptoms), "symptoms": recorded,
+            "made": now(), "seconds_to_prove": round(time.monotonic() - start, 1), "tries": tries}
+    (target / "drill.json").write_text(json.dumps(meta, indent=1))
+    drills[f"d{number}"] = {"made": meta["made"], "recorded": False}
+    save_state(state)
+    return load(f"d{number}"), time.monotonic() - start, tries
+
+
+# --- spaced repetition --------------------------------------------------------------------------------
+
+def record_attempt(kata: Kata, fixed: list, seconds: float, hints: int, revealed: bool) -> None:
+    """File a finished drill under each of its bug classes (once per drill): found or not, time, hints."""
+    if not kata.drill:
+        return
+    state = load_state()
+    entry = state.setdefault("drills", {}).setdefault(kata.key, {})
+    if entry.get("recorded"):
+        return
+    at = now()
+    for b in kata.bugs:
+        found = b in fixed and not revealed
+        c = state.setdefault("classes", {}).setdefault(b, {"box": 0, "attempts": []})
+        c["attempts"].append({"at": at, "found": found, "seconds": round(seconds), "hints": hints,
+                              "revealed": revealed, "drill": kata.key})
+        slow = seconds > kata.minutes * 60
+        c["box"] = 0 if not found or slow else min(BOXES - 1, c["box"] + 1) if hints == 0 else c["box"]
+        c["due"] = (datetime.fromisoformat(at) + timedelta(days=2 ** c["box"])).isoformat(timespec="seconds")
+    entry["recorded"] = True
+    save_state(state)
+
+
+def schedule_weights(state: dict, when: datetime) -> dict:
+    """bug id -> weight for the next draw: never seen 2, due 2 plus a day's overdue, not yet due 0.25."""
+    weights = {}
+    for b in load_bugs():
+        c = state.get("classes", {}).get(b)
+        if not c:
+            weights[b] = 2.0
+            continue
+        overdue = (when - datetime.fromisoformat(c["due"])).total_seconds() / 86400 if c.get("due") else 1.0
+        weights[b] = 2.0 + min(overdue, 10.0) if overdue >= 0 else 0.25
+    return weights
+
+
+def stats(state: dict) -> list:
+    """Per class with attempts: (bug id, attempts, solve rate, median seconds of the found ones, next due, box)."""
+    rows = []
+    for b, c in sorted(state.get("classes", {}).items()):
+        attempts = c.get("attempts", [])
+        if not attempts:
+            continue
+        found = [a for a in attempts if a["found"]]
+        times = sorted(a["seconds"] for a in found)
+        median = times[len(times) // 2] if times else None
+        rows.append((b, len(attempts), len(found) / len(attempts), median, c.get("due", ""), c.get("box", 0)))
+    return rows
+
+
+def recipe(kata: Kata) -> dict:
+    return json.loads((folder(kata.number) / "drill.json").read_text())
+
+
+def note_fixed(kata: Kata, fixed: list) -> None:
+    """Remember which bugs the last check found fixed: a reveal before solving counts only those as found."""
+    state = load_state()
+    state.setdefault("drills", {}).setdefault(kata.key, {})["fixed"] = list(fixed)
+    save_state(state)
+
+
+def last_fixed(kata: Kata) -> list:
+    return load_state().get("drills", {}).get(kata.key, {}).get("fixed", [])

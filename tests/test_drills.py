@@ -1,0 +1,100 @@
+"""Drills: drawn drills are proven (every bug caught, none hidden), the same seed gives the same drill, the
+scheduler leans towards what was missed, and the CLI handles a drill like a kata. Run: pytest tests/test_drills.py"""
+import json
+import random
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from grpo_katas import drills, matrix
+from grpo_katas.catalogue import CODEBASES, codebase_source, load_bugs, plant
+from tests.cli_helpers import cli
+
+BUGS = load_bugs()
+
+
+def test_drawn_drills_for_many_seeds_catch_every_bug_and_heal_to_their_codebase(tmp_path):
+    draws = []
+    for seed in range(12):
+        tier = ["warm-up", "practice", "frontier", "interview"][seed % 4]
+        name, chosen = drills.draw(BUGS, tier, None, None, random.Random(seed), {})
+        assert drills.TIER_BUGS[tier][0] <= len(chosen) <= drills.TIER_BUGS[tier][1]
+        if tier == "interview":
+            assert len({BUGS[b].component for b in chosen}) >= 4
+        path = tmp_path / f"drill_{seed}.py"
+        path.write_text(plant(codebase_source(name), [BUGS[b] for b in chosen], name))
+        draws.append((name, chosen, path))
+    run = matrix.run([p for _, _, p in draws], [0])
+    assert not run.load_errors
+    for i, (name, chosen, _) in enumerate(draws):
+        verdicts = run.of(i, 0)
+        assert not drills.hidden_bugs(BUGS, chosen, name, verdicts), (name, chosen)
+
+
+def test_the_same_seed_gives_the_same_draw():
+    a = drills.draw(BUGS, "practice", None, None, random.Random(7), {})
+    b = drills.draw(BUGS, "practice", None, None, random.Random(7), {})
+    assert a == b and a != drills.draw(BUGS, "practice", None, None, random.Random(8), {})
+
+
+def test_the_scheduler_leans_towards_missed_classes():
+    when = datetime(2026, 12, 3, tzinfo=timezone.utc)
+    past, future = (when - timedelta(days=3)).isoformat(), (when + timedelta(days=8)).isoformat()
+    missed, known = ["kl-sign-flipped", "adv-biased-std"], ["loss-pg-sign", "mask-eos-dropped"]
+    state = {"katas": {}, "classes": {**{b: {"box": 0, "attempts": [{}], "due": past} for b in missed},
+                                      **{b: {"box": 3, "attempts": [{}], "due": future} for b in known}}}
+    w = drills.schedule_weights(state, when)
+    assert all(w[m] > 4 for m in missed) and all(w[k] < 1 for k in known) and w["loss-no-min"] == 2.0
+    picks = [drills.draw(BUGS, "warm-up", 1, "paper", random.Random(s), w)[1][0] for s in range(200)]
+    assert sum(p in missed for p in picks) > 5 * max(1, sum(p in known for p in picks))
+
+
+def test_an_attempt_moves_its_classes_between_boxes(monkeypatch):
+    monkeypatch.setattr(drills, "load_state", lambda: state)
+    monkeypatch.setattr(drills, "save_state", lambda s: None)
+    state = {"katas": {}, "classes": {"kl-sign-flipped": {"box": 2, "attempts": []}}}
+    kata = type("K", (), {"drill": True, "key": "d1", "bugs": ("kl-sign-flipped", "loss-pg-sign"), "minutes": 20})
+    drills.record_attempt(kata, ["kl-sign-flipped", "loss-pg-sign"], seconds=300, hints=0, revealed=False)
+    assert state["classes"]["kl-sign-flipped"]["box"] == 3 and state["classes"]["loss-pg-sign"]["box"] == 1
+    drills.record_attempt(kata, [], seconds=300, hints=0, revealed=False)  # the same drill is filed once
+    assert len(state["classes"]["kl-sign-flipped"]["attempts"]) == 1
+    kata.key = "d2"
+    drills.record_attempt(kata, ["kl-sign-flipped"], seconds=3000, hints=0, revealed=False)  # slow: back to 0
+    assert state["classes"]["kl-sign-flipped"]["box"] == 0 and state["classes"]["loss-pg-sign"]["box"] == 0
+    rows = {r[0]: r for r in drills.stats(state)}
+    assert rows["kl-sign-flipped"][1:3] == (2, 1.0) and rows["loss-pg-sign"][2] == 0.5
+
+
+@pytest.mark.timeout(600)
+def test_a_drill_from_the_cli_is_a_kata_like_any_other(repo):
+    code, out = cli(repo, "drill", "--tier", "warm-up", "--seed", "3")
+    assert code == 0 and "Drill d1" in out and "make check N=d1" in out, out
+    brief = (repo / "work" / "drills" / "d01" / "BRIEF.md").read_text()
+    recipe = json.loads((repo / "work" / "drills" / "d01" / "drill.json").read_text())
+    assert recipe["bugs"][0] not in brief and recipe["codebase"] not in out
+    assert not any(c in brief.lower() for c in ("advantage", "sampler", "mask", "optimizer"))
+    code, out = cli(repo, "drill", "--tier", "warm-up", "--seed", "3")
+    assert json.loads((repo / "work" / "drills" / "d02" / "drill.json").read_text())["bugs"] == recipe["bugs"]
+    code, out = cli(repo, "check", "d1")
+    assert code == 1 and "0 of 1 bugs fixed" in out
+    (repo / "work" / "d01-drill" / "grpo.py").write_text(CODEBASES[recipe["codebase"]].path.read_text())
+    code, out = cli(repo, "check", "d1")
+    assert code == 0 and "Solved" in out
+    code, out = cli(repo, "stats")
+    assert code == 0 and recipe["bugs"][0][:10] in out
+    assert cli(repo, "check", "d9")[0] == 2
+
+
+def test_a_drill_state_of_the_wrong_shape_is_set_aside(repo):
+    (repo / "work").mkdir()
+    (repo / "work" / "state.json").write_text(json.dumps({"katas": {}, "classes": {"x": {"box": "high"}}}))
+    code, out = cli(repo, "stats")
+    assert code == 0 and "set aside" in out
+
+
+def test_drill_draws_are_refused_in_one_line(repo):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "drill", "--bugs", "9"], cwd=repo,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "BUGS must be between 1 and 6" in r.stdout + r.stderr

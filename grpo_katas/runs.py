@@ -187,6 +187,7 @@ def drive_ranks(path, run: RunConfig, on_step=lambda stats: None) -> list:
             code = 0
             try:
                 import torch.distributed as dist
+                torch.set_num_threads(1)  # one core per rank: more threads would spin against the other rank
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
                 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=run.nproc)
                 drive(load_target(path), run, lambda stats: print(json.dumps({"step": stats}), file=out, flush=True))

@@ -137,6 +137,8 @@ def report(kata) -> str:
 
 
 def main(argv=None) -> int:
+    import torch
+    torch.set_num_threads(1)  # the lab model is tiny: more threads only spin against other runs for the cores
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("katas", nargs="*", help="kata numbers (default: all)")
     p.add_argument("--check", action="store_true", help="check the recorded symptoms instead of reporting")

@@ -43,6 +43,7 @@ help:
 	@echo "  make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 run of an 8x512 model"
 	@echo "The repository:"
 	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
+	@echo "  make bubblewrap             install the checks' sandbox (bwrap) when missing; make setup runs it"
 	@echo "  make test                   the repository's tests, the checks on the reference, and make verify"
 	@echo "  make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
 	@echo "  make katas                  rebuild katas/*/grpo.py after editing solutions/grpo.py or katas/bugs.toml"

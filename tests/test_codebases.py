@@ -308,6 +308,14 @@ def test_dapo_count_goes_through_torch_distributed(name, tmp_path):
     assert relative_error(grouped, alone) < 1e-6
 
 
+class Unwrapped:
+    """Stands in for DistributedDataParallel where ranks are only simulated: the model is used as it is (averaging
+    gradients over ranks is not what the test is about, and needs a real process group)."""
+
+    def __new__(cls, model):
+        return model
+
+
 @pytest.mark.parametrize("name", IMPLEMENTATIONS)
 def test_dapo_count_is_summed_over_ranks_and_divided_by_the_world_size(name, monkeypatch):
     """Two ranks simulated: all_reduce doubles the count (the other rank holds as many tokens), the world size is 2,
@@ -320,6 +328,8 @@ def test_dapo_count_is_summed_over_ranks_and_divided_by_the_world_size(name, mon
     monkeypatch.setattr(dist, "is_available", lambda: True)
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    monkeypatch.setattr(dist, "get_rank", lambda group=None: 0)
+    monkeypatch.setattr(IMPLEMENTATIONS[name], "DistributedDataParallel", Unwrapped, raising=False)
     monkeypatch.setattr(dist, "all_reduce", lambda t, *a, **k: reduced.append(t.mul_(2)))
     two_ranks, _ = run_step(IMPLEMENTATIONS[name], policy, ref, batch, rewards, cfg_kw)
     assert reduced, "the token count was never all-reduced"

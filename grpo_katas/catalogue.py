@@ -77,6 +77,10 @@ class Bug:
     edits: dict = field(default_factory=dict)   # codebase -> ((find, replace), ...)
     skip: dict = field(default_factory=dict)    # codebase -> why the bug cannot be planted there
     declared: dict = field(default_factory=dict)  # codebase -> its own checks, where they differ (with a why)
+    local_tells: dict = field(default_factory=dict)  # codebase -> tells in that codebase's own words only
+
+    def tells_for(self, codebase: str) -> tuple:
+        return self.tells + self.local_tells.get(codebase, ())
 
     def applies_to(self, codebase: str) -> bool:
         return codebase in self.edits
@@ -151,8 +155,8 @@ def load_bugs(root: Path = KATAS) -> dict:
         for t in data.get("tell", []):  # words that give a bug away in this codebase's own idiom
             if t["bug"] not in bugs:
                 raise CatalogueError(f"{path}: tells for unknown bug {t['bug']!r}")
-            bug = bugs[t["bug"]]
-            bugs[t["bug"]] = replace(bug, tells=bug.tells + tuple(t["words"]))
+            local = bugs[t["bug"]].local_tells
+            local[name] = local.get(name, ()) + tuple(t["words"])
     for bug in bugs.values():
         for name in list(bug.edits):
             bug.edits[name] = tuple(bug.edits[name])
@@ -212,10 +216,10 @@ def fail_to_pass(kata: Kata, bugs: dict) -> set:
     return set().union(*(bugs[b].checks_in(kata.codebase) for b in kata.bugs))
 
 
-def tells_in(text: str, bugs) -> list:
-    """(bug id, tell) for every tell of these bugs that the text contains (case-insensitive)."""
+def tells_in(text: str, bugs, codebase: str) -> list:
+    """(bug id, tell) for every tell of these bugs in this codebase that the text contains (case-insensitive)."""
     lower = text.lower()
-    return [(b.id, t) for b in bugs for t in b.tells if t.lower() in lower]
+    return [(b.id, t) for b in bugs for t in b.tells_for(codebase) if t.lower() in lower]
 
 
 def fixed_bug_ids(kata: Kata, bugs: dict, verdicts: dict) -> list:

@@ -116,7 +116,7 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
                     continue
                 path.write_text(text)
                 targets[f"{bug.id}@{name}"] = path
-                for _, tell in tells_in(text, [bug]):
+                for _, tell in tells_in(text, [bug], name):
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
             elif name not in bug.skip:
                 problems.append(f"bug {bug.id}: no edits for the {name} codebase and no reason why not")
@@ -127,7 +127,7 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
                 problems.append(f"{kata.name}: grpo.py is not its codebase plus its bugs; run `make katas`")
         except Exception as exc:
             problems.append(f"{kata.name}: {str(exc).splitlines()[0]}")
-        for bug_id, tell in tells_in(text, [bugs[b] for b in kata.bugs]):
+        for bug_id, tell in tells_in(text, [bugs[b] for b in kata.bugs], kata.codebase):
             problems.append(f"{kata.name}: the file says {tell!r}, which gives away {bug_id}")
         if ADVERTS.search(text):
             problems.append(f"{kata.name}: the file calls itself {ADVERTS.search(text).group(0)!r}")

@@ -52,6 +52,15 @@ def test_nothing_in_a_kata_gives_a_bug_away():
         assert not any(b.split("-")[0] in k.slug for b in k.bugs if len(b.split("-")[0]) > 4), k.name
 
 
+def test_a_codebase_s_own_tells_hold_in_that_codebase_only():
+    """The trainer cites the KL-estimator blog where it explains its k3 term; verl's kl_penalty cites it over a
+    switch of every estimator, which names none of them as the right one."""
+    from grpo_katas.catalogue import tells_in
+    bug, text = BUGS["kl-k1"], "See more description in http://joschu.net/blog/kl-approx.html"
+    assert tells_in(text, [bug], "trainer") == [("kl-k1", "kl-approx")] and tells_in(text, [bug], "core") == []
+    assert set(bug.tells) <= set(bug.tells_for("core"))
+
+
 def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
     from grpo_katas.matrix import Verdict
     kata = next(k for k in KATAS if k.number == 18)

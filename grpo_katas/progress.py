@@ -156,7 +156,14 @@ def elapsed(record: dict) -> float:
 # --- working copies ------------------------------------------------------------------------------------
 
 def working_copy(kata) -> Path:
-    return WORK / kata.name / "grpo.py"
+    """work/<kata name>/grpo.py; a copy started under the kata's earlier name (same number) is still yours."""
+    path = WORK / kata.name / "grpo.py"
+    if not path.exists():
+        number = kata.name.split("-")[0]
+        earlier = sorted(WORK.glob(f"{number}-*/grpo.py"))
+        if earlier:
+            return earlier[0]
+    return path
 
 
 def require_copy(kata) -> Path:

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from grpo_katas import ROOT
+from grpo_katas.catalogue import CODEBASES, find_kata
 from tests.cli_helpers import ENV, cli, copy_of, fake_venv, state
 
 
@@ -19,6 +20,16 @@ def test_start_then_resume_never_overwrites(repo):
     assert code == 0 and "Resuming" in out
     assert copy_of(repo).read_text().endswith("# my notes\n")
     assert "started" in state(repo)["katas"]["1"]
+
+
+def test_a_copy_started_before_the_kata_was_renamed_is_still_yours(repo):
+    cli(repo, "kata", "1")
+    (repo / "work" / "01-kl-creep").rename(repo / "work" / "01-an-older-name")
+    copy = repo / "work" / "01-an-older-name" / "grpo.py"
+    copy.write_text(copy.read_text() + "\n# my notes\n")
+    code, out = cli(repo, "kata", "1")
+    assert code == 0 and "Resuming" in out and "work/01-an-older-name" in out
+    assert not (repo / "work" / "01-kl-creep").exists() and copy.read_text().endswith("# my notes\n")
 
 
 @pytest.mark.timeout(180)  # two runs of the checks; the plugin's 60 s per item is meant for one check
@@ -55,7 +66,7 @@ def test_solution_is_refused_before_solving_and_a_forced_reveal_is_recorded(repo
     code, out = cli(repo, "solution", "1")
     assert code == 2 and "not solved yet" in out
     code, out = cli(repo, "solution", "1", "--force")
-    assert code == 0 and "kl-sign-flipped" in out and "solutions/grpo.py" in out
+    assert code == 0 and "kl-sign-flipped" in out and str(CODEBASES[find_kata(1).codebase].path.relative_to(ROOT)) in out
     assert state(repo)["katas"]["1"]["revealed_unsolved"]
     cli(repo, "kata", "1")
     code, out = cli(repo, "list")
@@ -202,11 +213,11 @@ def test_run_shows_every_metric_then_the_curves_beside_the_reference_which_is_ca
     code, out = cli(repo, "run", "1", "--steps", "3")
     header = next(l for l in out.splitlines() if "reward" in l and "step" in l)
     assert code == 0 and all(h in header for h in ["max", "kl", "loss", "clip", "gnorm", "adv std", "len", "s/step"])
-    assert "kata 1 (yours)" in out and "reference (solutions/grpo.py)" in out
+    assert "kata 1 (yours)" in out and "healthy (the same code, no bugs)" in out
     curves = {m[1]: m[0] for m in re.finditer(r"^ +(reward|KL|grad norm)  .*$", out, re.MULTILINE)}
     assert set(curves) == {"reward", "KL", "grad norm"}
     assert all(sum(c in "▁▂▃▄▅▆▇█" for c in line) == 6 for line in curves.values())  # 3 steps, yours and the reference
-    assert "the reference:" in out and "(cached)" not in out
+    assert "healthy:" in out and "(cached)" not in out
     assert len(list((repo / "work" / "cache").glob("reference-run-*.json"))) == 1
     code, out = cli(repo, "run", "1", "--steps", "3")
     assert code == 0 and "(cached)" in out

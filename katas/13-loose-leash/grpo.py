@@ -318,8 +318,7 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """
-    Per-token KL divergence between the model and the reference model
-    ([Schulman, 2020](http://joschu.net/blog/kl-approx.html)).
+    Per-token KL divergence between the model and the reference model.
 
     Args:
         logp (`torch.Tensor` of shape `(N, T)`):

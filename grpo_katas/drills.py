@@ -13,9 +13,11 @@ metrics that moved, with their numbers, and how many bugs there are; never a com
 
 The same seed always gives the same drill. Without SEED, the draw is scheduled: each bug is a class with a
 Leitner box (0 to 4) in work/state.json. A class you found without hints moves up a box; one you needed hints
-for stays; one you missed, revealed early or solved slowly (over the time box) goes back to box 0. A class is
-due 2**box days after its last attempt; the draw weighs due classes and classes never seen over the rest, and
-the most overdue most. The recipe (codebase, bugs, seed) is never shown until the drill is solved or revealed.
+for stays; one you missed, revealed early or solved slowly (over the time box) goes back to box 0. A class in box
+0 is due again at once, one in box b after 2**(b-1) days. A scheduled drill starts from a class you missed that
+is due (the most overdue first), and draws its other bugs weighing due classes and classes never seen over the
+rest, the most overdue most. The recipe (codebase, bugs, seed) is never shown until the drill is solved or
+revealed.
 """
 import json
 import math
@@ -63,18 +65,24 @@ def candidates(bugs: dict, tier: str, codebase: str) -> list:
     return sorted(out)
 
 
-def draw(bugs: dict, tier: str, k: int | None, codebase: str | None, rng: random.Random, weights: dict) -> tuple:
+def draw(bugs: dict, tier: str, k: int | None, codebase: str | None, rng: random.Random, weights: dict,
+         first: tuple = ()) -> tuple:
     """(codebase, bug ids): k bugs whose edits plant together, each a different place; interview rounds span at
-    least 4 components. `weights` (bug id -> weight) biases the choice; empty means uniform."""
+    least 4 components. `weights` (bug id -> weight) biases the choice; empty means uniform. The first bug comes
+    from `first` (most urgent first) where one of them can be drawn in the codebase."""
     lo, hi = TIER_BUGS[tier]
-    for _ in range(200):
-        name = codebase or rng.choice(sorted(CODEBASES))
+    pools = {c: candidates(bugs, tier, c) for c in sorted(CODEBASES)}
+    first = [b for b in first if any(b in pool for pool in pools.values())]
+    for attempt in range(200):
+        homes = [c for c, pool in pools.items() if first and first[0] in pool]  # where the most urgent plants
+        name = codebase or rng.choice(homes or sorted(pools))
+        urgent = [b for b in first if b in pools[name]]
         n = k or rng.randint(lo, hi)
-        pool = candidates(bugs, tier, name)
+        pool = list(pools[name])
         chosen = []
         while len(chosen) < n and pool:
             w = [weights.get(b, 1.0) for b in pool]
-            pick = rng.choices(pool, weights=w)[0]
+            pick = urgent[0] if urgent and not chosen and attempt < 100 else rng.choices(pool, weights=w)[0]
             pool.remove(pick)
             try:
                 plant(codebase_source(name), [bugs[b] for b in chosen + [pick]], name)
@@ -222,12 +230,14 @@ def make(tier: str | None = None, k: int | None = None, codebase: str | None = N
     if scheduled:
         seed = len(state.get("drills", {})) + 1000 * len(state.get("classes", {}))
     rng = random.Random(seed)
-    weights = schedule_weights(state, datetime.now(timezone.utc)) if scheduled else {}
+    when = datetime.now(timezone.utc)
+    weights = schedule_weights(state, when) if scheduled else {}
+    first = missed_and_due(state, when) if scheduled else ()
     start, tries, why = time.monotonic(), 0, []
     with tempfile.TemporaryDirectory() as tmp:
         while time.monotonic() - start < PROOF_SECONDS:
             tries += 1
-            name, chosen = draw(bugs, tier, k, codebase, rng, weights)
+            name, chosen = draw(bugs, tier, k, codebase, rng, weights, first if tries <= 3 else ())
             on_try(f"try {tries}: proving a {tier} drill")
             problem, symptoms = prove(bugs, name, chosen, Path(tmp))
             if problem is None:
@@ -274,7 +284,8 @@ def record_attempt(kata: Kata, fixed: list, seconds: float, hints: int, revealed
                               "revealed": revealed, "drill": kata.key})
         slow = seconds > kata.minutes * 60
         c["box"] = 0 if not found or slow else min(BOXES - 1, c["box"] + 1) if hints == 0 else c["box"]
-        c["due"] = (datetime.fromisoformat(at) + timedelta(days=2 ** c["box"])).isoformat(timespec="seconds")
+        days = 2 ** (c["box"] - 1) if c["box"] else 0
+        c["due"] = (datetime.fromisoformat(at) + timedelta(days=days)).isoformat(timespec="seconds")
     entry["recorded"] = True
     save_state(state)
 
@@ -290,6 +301,18 @@ def schedule_weights(state: dict, when: datetime) -> dict:
         overdue = (when - datetime.fromisoformat(c["due"])).total_seconds() / 86400 if c.get("due") else 1.0
         weights[b] = 2.0 + min(overdue, 10.0) if overdue >= 0 else 0.25
     return weights
+
+
+def missed_and_due(state: dict, when: datetime) -> tuple:
+    """The classes whose last attempt was missed and that are due, the most overdue first."""
+    out = []
+    for b, c in state.get("classes", {}).items():
+        attempts = c.get("attempts") or [{}]
+        if c.get("box", 0) == 0 and attempts[-1].get("found") is False and c.get("due"):
+            overdue = (when - datetime.fromisoformat(c["due"])).total_seconds()
+            if overdue >= 0:
+                out.append((-overdue, b))
+    return tuple(b for _, b in sorted(out))
 
 
 def stats(state: dict) -> list:

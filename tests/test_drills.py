@@ -43,12 +43,18 @@ def test_the_scheduler_leans_towards_missed_classes():
     when = datetime(2026, 12, 3, tzinfo=timezone.utc)
     past, future = (when - timedelta(days=3)).isoformat(), (when + timedelta(days=8)).isoformat()
     missed, known = ["kl-sign-flipped", "adv-biased-std"], ["loss-pg-sign", "mask-eos-dropped"]
-    state = {"katas": {}, "classes": {**{b: {"box": 0, "attempts": [{}], "due": past} for b in missed},
-                                      **{b: {"box": 3, "attempts": [{}], "due": future} for b in known}}}
+    state = {"katas": {}, "classes": {**{b: {"box": 0, "attempts": [{"found": False}], "due": past} for b in missed},
+                                      **{b: {"box": 3, "attempts": [{"found": True}], "due": future} for b in known}}}
+    state["classes"]["adv-biased-std"]["due"] = (when - timedelta(days=5)).isoformat()  # the most overdue
     w = drills.schedule_weights(state, when)
     assert all(w[m] > 4 for m in missed) and all(w[k] < 1 for k in known) and w["loss-no-min"] == 2.0
     picks = [drills.draw(BUGS, "warm-up", 1, "paper", random.Random(s), w)[1][0] for s in range(200)]
     assert sum(p in missed for p in picks) > 5 * max(1, sum(p in known for p in picks))
+    first = drills.missed_and_due(state, when)
+    assert first == ("adv-biased-std", "kl-sign-flipped")
+    for s in range(20):  # a scheduled draw starts from the most overdue missed class, in a codebase it plants in
+        name, chosen = drills.draw(BUGS, "practice", None, None, random.Random(s), w, first)
+        assert "adv-biased-std" in chosen and BUGS["adv-biased-std"].applies_to(name)
 
 
 def test_an_attempt_moves_its_classes_between_boxes(monkeypatch):
@@ -63,6 +69,7 @@ def test_an_attempt_moves_its_classes_between_boxes(monkeypatch):
     kata.key = "d2"
     drills.record_attempt(kata, ["kl-sign-flipped"], seconds=3000, hints=0, revealed=False)  # slow: back to 0
     assert state["classes"]["kl-sign-flipped"]["box"] == 0 and state["classes"]["loss-pg-sign"]["box"] == 0
+    assert state["classes"]["loss-pg-sign"]["due"] == state["classes"]["loss-pg-sign"]["attempts"][-1]["at"]  # at once
     rows = {r[0]: r for r in drills.stats(state)}
     assert rows["kl-sign-flipped"][1:3] == (2, 1.0) and rows["loss-pg-sign"][2] == 0.5
 

@@ -69,6 +69,18 @@ def test_the_sandboxed_worker_sees_no_repository_no_network_and_cannot_write(tmp
     assert flags == [0.0] * 7, dict(zip(paths + ["network", "write"], flags))
 
 
+def test_a_python_or_checkout_under_tmp_is_not_hidden_by_the_sandbox_s_empty_tmp(monkeypatch):
+    """bwrap mounts in order: the empty /tmp must come before every bind beneath it (a repository cloned to /tmp,
+    its .venv there too, once made every worker fail to start)."""
+    monkeypatch.setattr(sys, "prefix", "/tmp/clone/.venv")
+    args = sandbox.command("bubblewrap", {"t": "/tmp/clone/work/grpo.py"}, 3, sandbox.Limits())
+    binds = [args[i + 2] for i, a in enumerate(args) if a in ("--ro-bind", "--bind")]
+    assert "/tmp/clone/.venv" in binds
+    tmpfs = args.index("--tmpfs")
+    assert args[tmpfs + 1] == "/tmp" and all(
+        args.index(dest) > tmpfs for dest in binds if dest.startswith("/tmp")), args
+
+
 def test_without_a_sandbox_the_same_worker_can_see_out(tmp_path):
     """The fallback is honest about what it is: a plain process sees the repository (README: threat model)."""
     probe = tmp_path / "probe.py"

@@ -97,8 +97,9 @@ def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
               f"from grpo_katas.judge.worker import main; main({fd})"]
     if mode == "process":
         return python
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv",
-            *_system_binds(), "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+    # The empty /tmp comes first: a later bind beneath it (a checkout or a venv under /tmp) is then not hidden.
+    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--tmpfs", "/tmp",
+            *_system_binds(), "--proc", "/proc", "--dev", "/dev",
             "--ro-bind", str(ROOT / "lab"), str(INSIDE / "lab")]
     for f in WORKER_FILES:
         args += ["--ro-bind", str(ROOT / f), str(INSIDE / f)]

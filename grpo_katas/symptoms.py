@@ -24,9 +24,11 @@ settings and asserts that each symptom shows:
     python -m grpo_katas.symptoms --check --json out.json 3 17    # what verify runs
 """
 import argparse
+import hashlib
 import json
 import math
 import sys
+from pathlib import Path
 
 from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
 from grpo_katas.runs import RunConfig, drive, drive_ranks
@@ -64,7 +66,7 @@ _runs = {}
 
 def run_loop(path, settings: dict) -> Run:
     """The loop at `path` under a kata's [run] settings, in this process (trusted files only: katas, codebases)."""
-    key = (str(path), json.dumps(settings, sort_keys=True))
+    key = (hashlib.sha256(Path(path).read_bytes()).hexdigest(), json.dumps(settings, sort_keys=True))  # the code run
     if key not in _runs:
         from grpo_katas.loader import load_target
         run = RunConfig(steps=settings["steps"], seed=settings["seed"], nproc=settings["nproc"], device="cpu",

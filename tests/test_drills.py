@@ -105,3 +105,20 @@ def test_drill_draws_are_refused_in_one_line(repo):
     r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "drill", "--bugs", "9"], cwd=repo,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "BUGS must be between 1 and 6" in r.stdout + r.stderr
+
+
+def test_a_file_rewritten_in_place_is_run_again(tmp_path, monkeypatch):
+    """Drawing proves each try in the same file: a run cached by path gave every later try the first try's
+    symptoms (none), and a scheduled draw then failed for minutes."""
+    from grpo_katas import loader, symptoms
+    runs = []
+    monkeypatch.setattr(loader, "load_target", lambda path: path.read_text())
+    monkeypatch.setattr(symptoms, "drive", lambda source, run, log: runs.append(source) or log({"loss": len(runs)}))
+    settings = {"steps": 1, "seed": 0, "nproc": 1, "set": {}}
+    path = tmp_path / "grpo.py"
+    path.write_text("X = 1\n")
+    first = symptoms.run_loop(path, settings).history
+    path.write_text("X = 2\n")
+    second = symptoms.run_loop(path, settings).history
+    path.write_text("X = 1\n")
+    assert runs == ["X = 1\n", "X = 2\n"] and first != second and symptoms.run_loop(path, settings).history == first

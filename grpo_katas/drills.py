@@ -14,9 +14,9 @@ metrics that moved, with their numbers, and how many bugs there are; never a com
 The same seed always gives the same drill. Without SEED, the draw is scheduled: each bug is a class with a
 Leitner box (0 to 4) in work/state.json. A class you found without hints moves up a box; one you needed hints
 for stays; one you missed, revealed early or solved slowly (over the time box) goes back to box 0. A class in box
-0 is due again at once, one in box b after 2**(b-1) days. A scheduled drill starts from a class you missed that
-is due (the most overdue first), and draws its other bugs weighing due classes and classes never seen over the
-rest, the most overdue most. The recipe (codebase, bugs, seed) is never shown until the drill is solved or
+0 is due again at once, one in box b after 2**(b-1) days. A scheduled drill starts from the classes you missed
+that are due (the most overdue first, as many as the drill holds), and draws its other bugs weighing due classes
+and classes never seen over the rest, the most overdue most. The recipe (codebase, bugs, seed) is never shown until the drill is solved or
 revealed.
 """
 import json
@@ -68,8 +68,8 @@ def candidates(bugs: dict, tier: str, codebase: str) -> list:
 def draw(bugs: dict, tier: str, k: int | None, codebase: str | None, rng: random.Random, weights: dict,
          first: tuple = ()) -> tuple:
     """(codebase, bug ids): k bugs whose edits plant together, each a different place; interview rounds span at
-    least 4 components. `weights` (bug id -> weight) biases the choice; empty means uniform. The first bug comes
-    from `first` (most urgent first) where one of them can be drawn in the codebase."""
+    least 4 components. `weights` (bug id -> weight) biases the choice; empty means uniform. The bugs of `first`
+    (most urgent first) that plant in the codebase are drawn before any other."""
     lo, hi = TIER_BUGS[tier]
     pools = {c: candidates(bugs, tier, c) for c in sorted(CODEBASES)}
     first = [b for b in first if any(b in pool for pool in pools.values())]
@@ -82,7 +82,8 @@ def draw(bugs: dict, tier: str, k: int | None, codebase: str | None, rng: random
         chosen = []
         while len(chosen) < n and pool:
             w = [weights.get(b, 1.0) for b in pool]
-            pick = urgent[0] if urgent and not chosen and attempt < 100 else rng.choices(pool, weights=w)[0]
+            due = [b for b in urgent if b in pool] if attempt < 100 else []
+            pick = due[0] if due else rng.choices(pool, weights=w)[0]
             pool.remove(pick)
             try:
                 plant(codebase_source(name), [bugs[b] for b in chosen + [pick]], name)

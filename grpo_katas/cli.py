@@ -8,6 +8,7 @@ Your work lives in work/ (git-ignored) and is never overwritten without a timest
 import argparse
 import difflib
 import logging
+import re
 import sys
 import time
 from datetime import datetime
@@ -90,7 +91,7 @@ def cmd_kata(args) -> int:
 
 # The run table's columns: (stats key, header, digits). A column shows once the loop reports its key; keys not
 # listed here come after these, in the order they first appear.
-RUN_COLUMNS = [("step", "step", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2), ("kl", "kl", 4),
+RUN_COLUMNS = [("step", "step", 0), ("rank", "rank", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2), ("kl", "kl", 4),
                ("loss", "loss", 4), ("clip_frac", "clip", 2), ("grad_norm", "gnorm", 2), ("adv_std", "adv std", 2),
                ("completion_len", "len", 1), ("ratio_dev", "ratio dev", 3), ("seconds", "s/step", 2)]
 MAX_ROWS = 40  # a longer run shows every k-th step (and the latest), so the table fits a screen
@@ -163,8 +164,21 @@ def compare_with_reference(kata, history: list, runner_args: list, args) -> None
         console.print(f"[dim]{escape(PLOT_HINT)}[/]")
 
 
+def by_rank(row: dict) -> list:
+    """A data-parallel step (rank 0's stats as key, rank r's as key@r) as one row per rank, so the table keeps
+    one column per metric however many ranks there are."""
+    ranks = sorted({int(k.rsplit("@", 1)[1]) for k in row if re.fullmatch(r".+@\d+", k)})
+    if not ranks:
+        return [row]
+    rows = [{"step": row.get("step"), "rank": 0, **{k: v for k, v in row.items() if "@" not in k and k != "step"}}]
+    for r in ranks:
+        rows.append({"step": "", "rank": r, **{k[: -len(f"@{r}")]: v for k, v in row.items() if k.endswith(f"@{r}")}})
+    return rows
+
+
 def run_table(rows: list, title: str) -> Table:
-    """The steps so far, with a column for every metric the loop reports."""
+    """The steps so far, with a column for every metric the loop reports (a row per rank with several)."""
+    rows = [r for row in rows for r in by_rank(row)]
     known = {key for key, _, _ in RUN_COLUMNS}
     extra = list(dict.fromkeys(k for r in rows for k in r if k not in known))
     columns = [c for c in RUN_COLUMNS if any(c[0] in r for r in rows)] + [(k, k, 3) for k in extra]

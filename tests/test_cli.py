@@ -250,3 +250,11 @@ def test_run_shows_only_the_columns_a_loop_reports_and_marks_values_that_are_not
     kl = re.search(r"^ +KL  .*$", out, re.MULTILINE)[0]
     grad = re.search(r"^ +grad norm  .*$", out, re.MULTILINE)[0]
     assert "×" in kl and "not reported" in grad
+
+
+def test_a_data_parallel_run_is_a_row_per_rank_not_a_column_per_rank():
+    from grpo_katas.cli import run_table
+    rows = [{"step": s, "reward_mean": 0.1 * s, "kl": 0.0, "reward_mean@1": 0.2 * s, "kl@1": 0.01} for s in (1, 2)]
+    table = run_table(rows, "two ranks")
+    assert [c.header for c in table.columns] == ["step", "rank", "reward", "kl"] and table.row_count == 4
+    assert list(table.columns[1].cells) == ["0", "1", "0", "1"] and list(table.columns[2].cells)[1] == "0.200"

@@ -17,6 +17,7 @@ the two to the same numbers.
 import dataclasses
 import inspect
 import time
+import typing
 from dataclasses import dataclass, field
 
 import torch
@@ -107,12 +108,30 @@ def parse_overrides(pairs, cls) -> dict:
             raise ValueError(f"override {pair!r} is not key=value")
         if key not in fields:
             raise ValueError(f"unknown setting {key!r}; valid: {', '.join(fields)}")
-        kind = type(fields[key].default)
+        kind, optional = setting_type(cls, fields[key])
+        if optional and raw.lower() in ("none", "null"):
+            out[key] = None
+            continue
         try:
             out[key] = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
         except ValueError:
-            raise ValueError(f"{key} takes a {kind.__name__}, got {raw!r}") from None
+            raise ValueError(f"{key} takes a {kind.__name__}{' or none' if optional else ''}, got {raw!r}") from None
     return out
+
+
+def setting_type(cls, f) -> tuple:
+    """(type, may it be None) of a config field: from its annotation (Optional[float], float | None), else from
+    its default; a field without either is read as a string."""
+    try:
+        hint = typing.get_type_hints(cls).get(f.name)
+    except Exception:  # an annotation the loop file cannot resolve: fall back on the default
+        hint = None
+    if hint is None:
+        return (str, True) if f.default is None else (type(f.default), False)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    optional = len(args) < len(typing.get_args(hint))
+    kind = args[0] if optional and len(args) == 1 else hint
+    return (kind if kind in (bool, int, float, str) else str), optional
 
 
 def grpo_config(loop, run: RunConfig):

@@ -3,6 +3,7 @@ import dataclasses
 import json
 import subprocess
 import sys
+from typing import Optional
 
 import pytest
 import torch
@@ -34,6 +35,26 @@ def test_overrides_are_typed_and_unknown_keys_rejected():
         parse_overrides(["group_size=four"], C)
     with pytest.raises(ValueError, match="not key=value"):
         parse_overrides(["beta"], C)
+
+
+def test_an_optional_setting_takes_a_value_or_none():
+    @dataclasses.dataclass(frozen=True)
+    class C:
+        is_cap: Optional[float] = None
+        clip_eps_high: float | None = None
+    assert parse_overrides(["is_cap=3.0", "clip_eps_high=0.28"], C) == {"is_cap": 3.0, "clip_eps_high": 0.28}
+    assert parse_overrides(["is_cap=none"], C) == {"is_cap": None}
+    with pytest.raises(ValueError, match="is_cap takes a float or none"):
+        parse_overrides(["is_cap=high"], C)
+
+
+def test_every_kata_s_run_settings_read_back_through_its_own_config():
+    """make run hands a kata's [run] settings to the runner as KEY=VALUE words (is_cap=3.0 once failed there)."""
+    from grpo_katas.catalogue import load_katas
+    from grpo_katas.loader import load_target
+    for kata in load_katas():
+        config = load_target(kata.loop).GRPOConfig
+        assert parse_overrides(kata.settings, config) == kata.run["set"], kata.name
 
 
 def test_a_resumed_run_matches_an_uninterrupted_one(tmp_path):

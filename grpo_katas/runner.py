@@ -15,6 +15,8 @@ import sys
 import traceback
 from pathlib import Path
 
+import torch
+
 from grpo_katas.loader import TargetError, load_target
 from grpo_katas.runs import ConfigError, RunConfig, drive, drive_ranks, parse_overrides
 
@@ -58,6 +60,7 @@ def main(argv=None) -> int:
                         help="data-parallel ranks (default 1): 2 runs the loop as two gloo processes; every rank's "
                              "stats are reported, rank r's as key@r")
     args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # the numbers a brief cites, on any machine: float sums differ with the thread count
     path = Path(args.file).resolve()
     try:
         grpo = load_target(path)

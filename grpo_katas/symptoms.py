@@ -30,6 +30,8 @@ import math
 import sys
 from pathlib import Path
 
+import torch
+
 from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
 from grpo_katas.runs import RunConfig, drive, drive_ranks
 
@@ -71,7 +73,8 @@ def run_loop(path, settings: dict) -> Run:
         from grpo_katas.loader import load_target
         run = RunConfig(steps=settings["steps"], seed=settings["seed"], nproc=settings["nproc"], device="cpu",
                         grpo=dict(settings["set"]))
-        history = []
+        history, threads = [], torch.get_num_threads()
+        torch.set_num_threads(1)  # as make run: float sums, and so the whole run, differ with the thread count
         try:
             if run.nproc > 1:
                 drive_ranks(path, run, history.append)
@@ -80,6 +83,8 @@ def run_loop(path, settings: dict) -> Run:
             _runs[key] = Run(history, None)
         except Exception as exc:  # a kata's crash is a symptom like any other; the steps before it still count
             _runs[key] = Run(history, f"{type(exc).__name__}: {exc}".splitlines()[0])
+        finally:
+            torch.set_num_threads(threads)
     return _runs[key]
 
 
@@ -139,8 +144,6 @@ def report(kata) -> str:
 
 
 def main(argv=None) -> int:
-    import torch
-    torch.set_num_threads(1)  # the lab model is tiny: more threads only spin against other runs for the cores
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("katas", nargs="*", help="kata numbers (default: all)")
     p.add_argument("--check", action="store_true", help="check the recorded symptoms instead of reporting")

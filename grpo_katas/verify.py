@@ -23,10 +23,12 @@ and overall:
   - at least 90% of the bugs can be planted in at least 3 of the 4 codebases, and every bug that cannot be
     planted somewhere says why;
   - each interview round uses a codebase that no warm-up uses;
+  - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer);
   - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase.
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
 import argparse
+import ast
 import json
 import os
 import re
@@ -102,10 +104,27 @@ def print_matrix(bugs: dict, checks: list, first: dict, codebases) -> None:
         print(f"{b.id:34s} {marks:9s} " + " ".join(" X" if c in row else " ." for c in checks))
 
 
+def unused_names(source: str) -> set:
+    """'function:name' for every parameter or local name a function binds and never reads."""
+    out = set()
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        a = fn.args
+        bound = {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg] if x}
+        read = set()
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Name):
+                (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        out |= {f"{fn.name}:{n}" for n in bound - read if n not in ("self", "cls") and not n.startswith("_")}
+    return out
+
+
 def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
     targets = {f"codebase:{name}": CODEBASES[name].path for name in codebases}
     for name in codebases:
         source = codebase_source(name)
+        unused_before = unused_names(source)
         for bug in bugs.values():
             if bug.applies_to(name):
                 path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
@@ -116,6 +135,8 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
                     continue
                 path.write_text(text)
                 targets[f"{bug.id}@{name}"] = path
+                for left in sorted(unused_names(text) - unused_before):
+                    problems.append(f"bug {bug.id}@{name}: the planted file leaves {left} unused, which points at it")
                 for _, tell in tells_in(text, [bug], name):
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
             elif name not in bug.skip:

@@ -6,6 +6,8 @@
 4. The peak memory of one step (RSS high-water mark on the CPU, max_memory_allocated on CUDA).
 5. Data parallel on the CPU: rollouts per second of the reference on 1 rank and on 2 gloo ranks (each rank its own
    batch), and the ratio.
+6. The judge: a whole check run of the reference (`pytest checks --target solutions/grpo.py`, its sandboxed worker
+   included) against a bare `python -c "import torch, pytest"`, both fresh processes, and the ratio.
 Medians of repeated runs; nothing here is an assertion. Each stage reports its progress through a `tick(done,
 total, note)` callable; main() draws it as a rich progress display, one bar per stage.
 """
@@ -156,6 +158,24 @@ def bench_ranks(steps: int, tick=no_progress) -> dict:
     return out
 
 
+def bench_judge(repeats: int = 3, tick=no_progress) -> tuple:
+    """(median seconds of a bare `import torch, pytest`, median seconds of a check run of the reference)."""
+    import subprocess
+    from grpo_katas import REFERENCE, ROOT
+    commands = [[sys.executable, "-c", "import torch, pytest"],
+                [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "checks", "--target", str(REFERENCE)]]
+    medians = []
+    for i, command in enumerate(commands):
+        times = []
+        for r in range(repeats):
+            start = time.perf_counter()
+            subprocess.run(command, cwd=ROOT, capture_output=True, check=True)
+            times.append(time.perf_counter() - start)
+            tick(i * repeats + r + 1, 2 * repeats, f"{statistics.median(times):.1f} s")
+        medians.append(statistics.median(times))
+    return tuple(medians)
+
+
 def main(argv=None) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -188,6 +208,7 @@ def main(argv=None) -> int:
         memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device)))
         memory_tick(1, 1)
         ranks = bench_ranks(steps, stage("5. data parallel on the CPU: 1 rank, then 2 gloo ranks"))
+        bare, judged = bench_judge(repeats, stage("6. the judge: import torch, pytest; then a check run"))
 
     table = Table("measure", "value", title="grpo-katas reference trainer")
     table.add_row(f"sampling {new_tokens} tokens, KV cache", f"{cached:,.0f} tokens/s")
@@ -207,6 +228,8 @@ def main(argv=None) -> int:
     table.add_row("data parallel (CPU, gloo): rollouts/s on 1 and 2 ranks",
                   f"{ranks[1]:,.0f} / {ranks[2]:,.0f} ({ranks[2] / ranks[1]:.2f}x on {torch.get_num_threads()} "
                   f"threads; see README)")
+    table.add_row("check run of the reference / bare import torch, pytest",
+                  f"{judged:.1f} s / {bare:.1f} s = {judged / bare:.1f}x (goal <= 3x)")
     console.print(table)
     console.print("reproduce: make bench   (python -m grpo_katas.bench)")
     return 0

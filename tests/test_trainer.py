@@ -144,7 +144,7 @@ def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
     assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "delete it" in out, out
 
 
-def test_every_bench_stage_reports_its_progress():
+def test_every_bench_stage_reports_its_progress(monkeypatch):
     from grpo_katas import bench
     seen = []
 
@@ -154,8 +154,12 @@ def test_every_bench_stage_reports_its_progress():
     bench.bench_sampling(t, new_tokens=4, repeats=1, tick=tick("sampling"))
     bench.bench_time_to_target("cpu", seeds=(0,), max_steps=2, tick=lambda seed: tick(f"seed {seed}"))
     bench.bench_breakdown(t, steps=2, tick=tick("breakdown"))
+    ran = []
+    monkeypatch.setattr(subprocess, "run", lambda command, **kw: ran.append(command[1:3]))  # no check run here
+    bench.bench_judge(repeats=1, tick=tick("judge"))
     assert seen == [("sampling", 1, 2), ("sampling", 2, 2), ("seed 0", 1, 2), ("seed 0", 2, 2),
-                    ("breakdown", 1, 2), ("breakdown", 2, 2)]
+                    ("breakdown", 1, 2), ("breakdown", 2, 2), ("judge", 1, 2), ("judge", 2, 2)]
+    assert ran == [["-c", "import torch, pytest"], ["-m", "pytest"]]
 
 
 def test_the_curves_png_when_matplotlib_is_installed(tmp_path):

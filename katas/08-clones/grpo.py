@@ -104,7 +104,8 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
         else:
             logits = policy(new, mask, cache=cache)[:, -1]                # (N, V)
         probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)   # (N, V)
-        tok = probs.argmax(dim=-1)                                         # (N,)
+        top_probs, top_ids = probs.topk(1, dim=-1)                        # (N, 1)
+        tok = top_ids.gather(1, torch.multinomial(top_probs, 1, generator=generator)).squeeze(1)  # (N,)
         drawn_logp.append(torch.where(ended, 0.0, probs.gather(1, tok[:, None]).squeeze(1).log()))  # (N,)
         tok = torch.where(ended, pad_id, tok)                             # (N,) pad after EOS
         ids = torch.cat([ids, tok[:, None]], dim=1)                       # (N, P+t)

@@ -278,7 +278,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
         std_rewards = rewards.view(-1, group_size).std(dim=1)
         std_rewards = std_rewards.repeat_interleave(group_size, dim=0)
     elif scale == "batch":
-        std_rewards = rewards.std().expand_as(rewards)
+        std_rewards = rewards.std().expand_as(rewards) + eps
     else:
         raise ValueError(f"Invalid value for scale_rewards: {scale}. Must be one of 'batch', 'group', or 'none'.")
 

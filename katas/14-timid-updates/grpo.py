@@ -121,7 +121,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
 
 @torch.no_grad()
 def compute_grpo_outcome_advantage(scores: torch.Tensor, index: list, epsilon: float = 1e-6,
-                                   scale_rewards: str = "none") -> torch.Tensor:
+                                   scale_rewards: str = "group") -> torch.Tensor:
     """
     Compute advantage for GRPO, operating only on Outcome reward
     (with only one scalar reward for each response).
@@ -171,7 +171,7 @@ def prompt_uid(bsz: int, group_size: int) -> torch.Tensor:
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
     uid = prompt_uid(rewards.shape[0], group_size).tolist()
-    return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps)
+    return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps, scale_rewards=scale != "none")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def rollout_to_batch(rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -
 
 def compute_advantage(batch: dict, cfg: GRPOConfig) -> dict:
     advantages = compute_grpo_outcome_advantage(batch["token_level_scores"], batch["uid"].tolist(),
-                                                epsilon=cfg.adv_eps)
+                                                epsilon=cfg.adv_eps, scale_rewards=cfg.scale_rewards != "none")
     batch["advantages"] = advantages.unsqueeze(-1) * batch["response_mask"]  # (bs, response_length)
     batch["seq_advantages"] = advantages
     return batch

@@ -155,7 +155,7 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     logits = logits[:, prompt_len - 1:-1].float() / temperature           # (N, T, V)
     targets = input_ids[:, prompt_len:]                                   # (N, T)
     logp = torch.log_softmax(logits, dim=-1)                              # (N, T, V)
-    return logp.gather(-1, targets[..., None]).squeeze(-1)                # (N, T)
+    return logp.gather(-1, targets[..., None]).squeeze(-1) * attention_mask[:, prompt_len:]  # (N, T)
 
 
 # 5) the KL penalty against the frozen reference -------------------------------------------------------

@@ -311,6 +311,7 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     logits = model(input_ids, attention_mask).float()
     logits = logits[:, :-1, :]  # (N, L-1, V)
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
+    logits.div(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
     return selective_log_softmax(logits, completion_ids)
 

@@ -271,16 +271,16 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
         `torch.Tensor` of shape `(N,)`: the advantages.
     """
     rewards = rewards.detach().float()
-    mean_rewards = rewards.mean().expand_as(rewards)
+    mean_grouped_rewards = rewards.view(-1, group_size).mean()
     if scale in ["group", "none"]:
         # If scale = "none", std_rewards is not used
-        std_rewards = rewards.std().expand_as(rewards)
+        std_rewards = rewards.view(-1, group_size).std()
     elif scale == "batch":
         std_rewards = rewards.std().expand_as(rewards)
     else:
         raise ValueError(f"Invalid value for scale_rewards: {scale}. Must be one of 'batch', 'group', or 'none'.")
 
-    advantages = rewards - mean_rewards
+    advantages = rewards - mean_grouped_rewards
     if scale != "none":
         advantages = advantages / (std_rewards + eps)
     return advantages

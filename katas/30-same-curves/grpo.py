@@ -339,6 +339,7 @@ def grpo_loss(
     *,
     num_tokens=None,
     sampler_logp=None,
+    loss_type: str = "grpo",
 ) -> torch.Tensor:
     """
     GRPO loss of a batch.
@@ -357,9 +358,12 @@ def grpo_loss(
         args ([`GRPOConfig`]):
             Loss settings.
         num_tokens (`torch.Tensor` or `float`, *optional*):
-            Number of active tokens in the global accumulated batch (`num_items_in_batch / num_processes` in TRL).
+            Number of active tokens in the global accumulated batch (`num_items_in_batch / num_processes` in TRL),
+            used by `loss_type="dapo"`. Defaults to the number of active tokens in this batch.
         sampler_logp (`torch.Tensor` of shape `(N, T)`, *optional*):
             Log-probabilities under the sampler, for the importance sampling correction (`args.is_cap`).
+        loss_type (`str`, *optional*, defaults to `"grpo"`):
+            Aggregation of the per-token losses; see `GRPOConfig.loss_type`.
 
     Returns:
         `torch.Tensor`: scalar loss.
@@ -386,7 +390,17 @@ def grpo_loss(
         per_token_loss = per_token_loss + args.beta * per_token_kl
 
     mask = mask.to(per_token_loss.dtype)
-    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    if loss_type == "grpo":
+        loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
+    elif loss_type == "bnpo":
+        loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
+    elif loss_type == "dr_grpo":
+        loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * args.max_new_tokens)
+    elif loss_type == "dapo":
+        normalizer = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens
+        loss = (per_token_loss * mask).sum() / normalizer
+    else:
+        raise ValueError(f"Unknown loss type: {loss_type}")
     return loss
 
 

@@ -14,6 +14,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from rich import box
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -93,7 +94,7 @@ def cmd_kata(args) -> int:
 # listed here come after these, in the order they first appear.
 RUN_COLUMNS = [("step", "step", 0), ("rank", "rank", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2), ("kl", "kl", 4),
                ("loss", "loss", 4), ("clip_frac", "clip", 2), ("grad_norm", "gnorm", 2), ("adv_std", "adv std", 2),
-               ("completion_len", "len", 1), ("ratio_dev", "ratio dev", 3), ("seconds", "s/step", 2)]
+               ("completion_len", "len", 1), ("ratio_dev", "|r-1|", 3), ("seconds", "s/step", 2)]
 MAX_ROWS = 40  # a longer run shows every k-th step (and the latest), so the table fits a screen
 
 
@@ -182,7 +183,9 @@ def run_table(rows: list, title: str) -> Table:
     known = {key for key, _, _ in RUN_COLUMNS}
     extra = list(dict.fromkeys(k for r in rows for k in r if k not in known))
     columns = [c for c in RUN_COLUMNS if any(c[0] in r for r in rows)] + [(k, k, 3) for k in extra]
-    table = Table(*(header for _, header, _ in columns), title=title)
+    # Spaces between columns, no rules: every metric fits an 80-column terminal without being cut.
+    table = Table(*(header for _, header, _ in columns), title=title, box=box.SIMPLE_HEAD, padding=(0, 1),
+                  show_edge=False, collapse_padding=True)
     for r in rows:
         table.add_row(*(fmt(r.get(key, ""), digits) for key, _, digits in columns))
     return table

@@ -246,7 +246,7 @@ def test_run_shows_only_the_columns_a_loop_reports_and_marks_values_that_are_not
     copy_of(repo, 2).write_text(QUIET_LOOP)
     code, out = cli(repo, "run", "2", "--steps", "4")
     header = next(l for l in out.splitlines() if "reward" in l and "step" in l)
-    assert code == 0 and "ratio dev" in header and "s/step" in header and "gnorm" not in header and "clip" not in header
+    assert code == 0 and "|r-1|" in header and "s/step" in header and "gnorm" not in header and "clip" not in header
     kl = re.search(r"^ +KL  .*$", out, re.MULTILINE)[0]
     grad = re.search(r"^ +grad norm  .*$", out, re.MULTILINE)[0]
     assert "×" in kl and "not reported" in grad
@@ -258,3 +258,14 @@ def test_a_data_parallel_run_is_a_row_per_rank_not_a_column_per_rank():
     table = run_table(rows, "two ranks")
     assert [c.header for c in table.columns] == ["step", "rank", "reward", "kl"] and table.row_count == 4
     assert list(table.columns[1].cells) == ["0", "1", "0", "1"] and list(table.columns[2].cells)[1] == "0.200"
+
+
+def test_every_metric_of_a_run_fits_an_80_column_terminal_uncut():
+    from rich.console import Console
+    from grpo_katas.cli import run_table
+    row = {"step": 40, "reward_mean": 0.123, "reward_max": 1.0, "kl": 12.3456, "loss": -0.0123, "clip_frac": 0.12,
+           "grad_norm": 123.45, "adv_std": 0.94, "completion_len": 5.1, "ratio_dev": 0.006, "seconds": 1.16}
+    console = Console(width=80, record=True)
+    console.print(run_table([row], "kata 14: work/14-timid-updates/grpo.py"))
+    text = console.export_text()
+    assert "…" not in text and "12.3456" in text and "-0.0123" in text and "123.45" in text, text

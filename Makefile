@@ -71,7 +71,7 @@ setup: $(STAMP)
 
 # make test proves every codebase, bug and kata at one seed; `make verify` (and .ci/run) proves all three
 test: $(STAMP)
-	$(PYTHON) -m pytest -q tests
+	$(PYTHON) -m pytest -q --durations=12 tests
 	$(PYTHON) -m pytest -q checks
 	$(PYTHON) -m grpo_katas.verify --seeds 0
 

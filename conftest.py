@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_katas.judge.client import CallFailed, Target, Worker
-from grpo_katas.judge.sandbox import Limits
+from grpo_katas.judge.sandbox import Limits, Spawned, resolve  # torch-free: the worker starts before torch loads
 
 ROOT = Path(__file__).resolve().parent
 CHECKS = ROOT / "checks"
@@ -31,7 +30,7 @@ HELP_SANDBOX = ("where the targets run: auto (bubblewrap when it can run here, e
 HELP_MEMORY = "address-space limit of the worker process, in GiB (default: 8)"
 HELP_TIME = "wall-clock seconds for the whole run; contract calls after that fail at once (default: none)"
 
-WORKER = pytest.StashKey[Worker]()
+WORKER = pytest.StashKey[object]()  # a judge.client.Worker
 TARGETS = pytest.StashKey[list]()
 
 
@@ -46,10 +45,11 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "component(name): the contract component a check judges")
-    if runs_checks(config) and worker(config).mode == "bubblewrap":
-        # the worker imports torch while this process collects the checks; a plain-process worker starts only
-        # after collection, so that this run's checks are in memory before any target code runs
-        worker(config).start()
+    if runs_checks(config) and resolve(config.getoption("--sandbox"))[0] == "bubblewrap":
+        # the worker imports torch while this process imports it and collects the checks: it is launched before
+        # anything here imports torch. A plain-process worker starts only after collection, so that this run's
+        # checks are in memory before any target code runs.
+        worker(config, early=True).start()
     if runs_checks(config):
         # The judge's own tensors are tiny: one thread, so that it never spins against the worker for a core
         import torch
@@ -64,20 +64,23 @@ def runs_checks(config) -> bool:
     return False
 
 
-def worker(config) -> Worker:
+def worker(config, early: bool = False):
+    """The run's judge.client.Worker; `early` launches its process before this process imports torch."""
     if WORKER not in config.stash:
         paths = config.getoption("--target", None) or [str(DEFAULT_TARGET)]
         keys = [f"t{i}" for i in range(len(paths))]
         limit = config.getoption("--time-limit")
-        try:
-            w = Worker(dict(zip(keys, paths)), sandbox_mode=config.getoption("--sandbox"),
-                       limits=Limits(memory_gb=config.getoption("--memory-gb")),
-                       deadline=None if limit is None else time.monotonic() + limit)
-        except (RuntimeError, ValueError) as exc:
-            raise pytest.UsageError(str(exc)) from None
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise pytest.UsageError(f"cannot load the target: {missing[0]}: no such file")
+        limits = Limits(memory_gb=config.getoption("--memory-gb"))
+        try:
+            spawned = Spawned(dict(zip(keys, paths)), config.getoption("--sandbox"), limits) if early else None
+            from grpo_katas.judge.client import Target, Worker
+            w = Worker(dict(zip(keys, paths)), sandbox_mode=config.getoption("--sandbox"), limits=limits,
+                       deadline=None if limit is None else time.monotonic() + limit, spawned=spawned)
+        except (RuntimeError, ValueError) as exc:
+            raise pytest.UsageError(str(exc)) from None
         config.stash[WORKER] = w
         config.stash[TARGETS] = [Target(w, k, Path(p)) for k, p in zip(keys, paths)]
     return config.stash[WORKER]
@@ -129,6 +132,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if call.excinfo is not None and report.failed:
         e = call.excinfo
+        from grpo_katas.judge.client import CallFailed
         kind = "call" if e.errisinstance(CallFailed) else \
             "assertion" if e.errisinstance((AssertionError, pytest.fail.Exception)) else "error"
         report.user_properties.append(("failure", kind))

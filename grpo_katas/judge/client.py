@@ -47,9 +47,9 @@ class Worker:
     """One worker process (sandboxed unless told otherwise) serving a set of targets, restarted when needed."""
 
     def __init__(self, targets: dict, *, sandbox_mode: str = "auto", limits: sandbox.Limits = sandbox.Limits(),
-                 deadline: float | None = None):
+                 deadline: float | None = None, spawned: sandbox.Spawned | None = None):
         self.targets = {k: Path(p) for k, p in targets.items()}      # key -> path on this machine
-        self.mode, self.why = sandbox.resolve(sandbox_mode)
+        self.mode, self.why = (spawned.mode, spawned.why) if spawned else sandbox.resolve(sandbox_mode)
         self.limits, self.deadline = limits, deadline
         self.inside = sandbox.visible_paths(self.mode, self.targets)  # key -> path the worker sees
         self.load_errors = {}      # key -> message
@@ -57,18 +57,22 @@ class Worker:
         self.events = []           # hangs, crashes and restarts, for the record
         self.proc = self.sock = None
         self.buffer = b""
-        self.log_dir = Path(tempfile.mkdtemp(prefix="grpo-worker-"))
+        self.log_dir = spawned.log_dir if spawned else Path(tempfile.mkdtemp(prefix="grpo-worker-"))
         self.loaded = False
+        self.spawned = spawned     # the first start adopts this process instead of launching one
 
     # --- life cycle -----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Start the process and queue the loads; returns at once (the worker imports torch meanwhile)."""
-        ours, theirs = socket.socketpair()
-        try:
-            self.proc = sandbox.launch(self.mode, self.targets, theirs.fileno(), self.log_dir, self.limits)
-        finally:
-            theirs.close()
+        if self.spawned is not None:
+            self.proc, ours, self.spawned = self.spawned.proc, self.spawned.sock, None
+        else:
+            ours, theirs = socket.socketpair()
+            try:
+                self.proc = sandbox.launch(self.mode, self.targets, theirs.fileno(), self.log_dir, self.limits)
+            finally:
+                theirs.close()
         self.sock, self.buffer, self.loaded = ours, b"", False
         self.sock.setblocking(False)
         try:

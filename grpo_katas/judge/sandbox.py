@@ -16,8 +16,10 @@ import os
 import resource
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,6 +133,21 @@ def launch(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> 
                                 start_new_session=True, preexec_fn=apply_limits)
     finally:
         out.close()
+
+
+class Spawned:
+    """A worker process started before the judge imports torch, so that both imports overlap on two cores; a
+    Worker adopts it (this module needs no torch)."""
+
+    def __init__(self, targets: dict, mode: str, limits: Limits):
+        self.mode, self.why = resolve(mode)
+        self.inside = visible_paths(self.mode, targets)
+        self.log_dir = Path(tempfile.mkdtemp(prefix="grpo-worker-"))
+        self.sock, theirs = socket.socketpair()
+        try:
+            self.proc = launch(self.mode, targets, theirs.fileno(), self.log_dir, limits)
+        finally:
+            theirs.close()
 
 
 def descendants(pid: int) -> list:

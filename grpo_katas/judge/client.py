@@ -14,7 +14,6 @@ bounds the whole run.
 """
 import select
 import signal
-import socket
 import tempfile
 import time
 from pathlib import Path
@@ -66,14 +65,10 @@ class Worker:
     def start(self) -> None:
         """Start the process and queue the loads; returns at once (the worker imports torch meanwhile)."""
         if self.spawned is not None:
-            self.proc, ours, self.spawned = self.spawned.proc, self.spawned.sock, None
+            (self.proc, self.sock), self.spawned = (self.spawned.proc, self.spawned.sock), None
         else:
-            ours, theirs = socket.socketpair()
-            try:
-                self.proc = sandbox.launch(self.mode, self.targets, theirs.fileno(), self.log_dir, self.limits)
-            finally:
-                theirs.close()
-        self.sock, self.buffer, self.loaded = ours, b"", False
+            self.proc, self.sock = sandbox.launch(self.mode, self.targets, self.log_dir, self.limits)
+        self.buffer, self.loaded = b"", False
         self.sock.setblocking(False)
         try:
             for key in self.targets:

@@ -119,7 +119,19 @@ def environment(limits: Limits) -> dict:
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore", "LANG": "C.UTF-8"}
 
 
-def launch(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
+def launch(mode: str, targets: dict, log_dir: Path, limits: Limits) -> tuple:
+    """(process, the judge's end of the socket pair whose other end the worker talks on)."""
+    ours, theirs = socket.socketpair()
+    try:
+        return _start(mode, targets, theirs.fileno(), log_dir, limits), ours
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+
+
+def _start(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
     def apply_limits():
         size = int(limits.memory_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
@@ -141,13 +153,8 @@ class Spawned:
 
     def __init__(self, targets: dict, mode: str, limits: Limits):
         self.mode, self.why = resolve(mode)
-        self.inside = visible_paths(self.mode, targets)
         self.log_dir = Path(tempfile.mkdtemp(prefix="grpo-worker-"))
-        self.sock, theirs = socket.socketpair()
-        try:
-            self.proc = launch(self.mode, targets, theirs.fileno(), self.log_dir, limits)
-        finally:
-            theirs.close()
+        self.proc, self.sock = launch(self.mode, targets, self.log_dir, limits)
 
 
 def descendants(pid: int) -> list:

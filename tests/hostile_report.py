@@ -4,26 +4,20 @@ at a time), printed as a table: case, verdict, status, seconds and what the resu
     .venv/bin/python -m tests.hostile_report
 """
 import shutil
-import subprocess
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tests.test_grade import ROOT, grade, hostile
+from tests.test_grade import grade_all, hostile, private_copy
 
 
 def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="hostile-"))
-    repo, base = tmp / "repo", tmp / "out"
-    for f in subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split():
-        (repo / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, repo / f)
+    repo, base = private_copy(tmp / "repo"), tmp / "out"
     base.mkdir()
     cases = hostile(repo, base / "escapes-and-rewrites-out")
     start = time.monotonic()
-    with ThreadPoolExecutor(3) as pool:
-        graded = dict(pool.map(lambda name: (name, grade(repo, cases[name][0], base / name)), cases))
+    graded = grade_all(repo, cases, base)
     print("| case | verdict | status | seconds | what the results say |\n|---|---|---|---|---|")
     for name, (_, res, seconds) in graded.items():
         said = res.get("message") or next((t["message"] for t in res["tests"] if t.get("message")), "") \

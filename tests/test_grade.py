@@ -10,6 +10,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -147,15 +148,25 @@ def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None):
     return r.returncode, results, seconds
 
 
-@pytest.fixture(scope="module")
-def repo(tmp_path_factory):
-    """A private copy of the repository: a hostile submission that gets out must not damage the real one."""
-    root = tmp_path_factory.mktemp("repo")
+def private_copy(root: Path) -> Path:
+    """The repository's tracked files copied to root: a hostile submission that gets out must not damage the
+    real one."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
         (root / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, root / f)
     return root
+
+
+def grade_all(repo, cases: dict, base) -> dict:
+    """name -> grade(...) of every case, three at a time, each into base/name."""
+    with ThreadPoolExecutor(3) as pool:
+        return dict(pool.map(lambda name: (name, grade(repo, cases[name][0], base / name)), cases))
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return private_copy(tmp_path_factory.mktemp("repo"))
 
 
 @pytest.fixture(scope="module")
@@ -165,12 +176,7 @@ def hostile_results(repo, tmp_path_factory):
     base = tmp_path_factory.mktemp("hostile")
     cases = hostile(repo, base / "escapes-and-rewrites-out")
     checks_before = {p: p.read_bytes() for p in (repo / "checks").glob("*.py")}
-
-    def run(name):
-        return name, grade(repo, cases[name][0], base / name)
-
-    with ThreadPoolExecutor(3) as pool:
-        graded = dict(pool.map(run, cases))
+    graded = grade_all(repo, cases, base)
     time.sleep(5)  # anything a submission left behind has had time to act
     leftovers = subprocess.run(["pgrep", "-f", MARK], capture_output=True, text=True).stdout.split()
     return cases, graded, base, checks_before, leftovers

@@ -1,5 +1,6 @@
 """Drive the practice CLI in a subprocess, as a user would."""
 import json
+import signal
 import subprocess
 import sys
 
@@ -11,6 +12,15 @@ def cli(repo, *args, stdin=subprocess.DEVNULL):
                        stdin=stdin, timeout=300, env=ENV)
     assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
     return r.returncode, r.stdout + r.stderr
+
+
+def interruptible(args, repo):
+    """The CLI started as a user starts it in a terminal, for a test that presses Ctrl-C (SIGINT) on it. A run of the
+    tests started with SIGINT ignored (a background job, nohup) would pass that on, and Python then never raises
+    KeyboardInterrupt: the child is given the default disposition, as a terminal's foreground job has."""
+    return subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", *args], cwd=repo, env=ENV, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def copy_of(repo, n=1):

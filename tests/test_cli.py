@@ -9,7 +9,7 @@ import pytest
 
 from grpo_katas import ROOT
 from grpo_katas.catalogue import CODEBASES, find_kata
-from tests.cli_helpers import ENV, cli, copy_of, fake_venv, state
+from tests.cli_helpers import ENV, cli, copy_of, fake_venv, interruptible, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -128,9 +128,7 @@ def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     import signal
     import time
     cli(repo, "kata", "1")
-    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "watch", "1", "--interval", "0.2"], cwd=repo,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=ENV)
+    proc = interruptible(["watch", "1", "--interval", "0.2"], repo)
     deadline = time.time() + 120
     seen = ""
     while "bugs fixed" not in seen and time.time() < deadline:

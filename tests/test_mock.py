@@ -11,12 +11,11 @@ from datetime import datetime
 import pytest
 
 from grpo_katas.catalogue import find_kata
-from tests.cli_helpers import ENV, cli
+from tests.cli_helpers import ENV, cli, interruptible
 
 
 def start_round(repo, *args):
-    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "mock", *args], cwd=repo, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = interruptible(["mock", *args], repo)
     seen, deadline = "", time.time() + 60
     while "time is up" not in seen and time.time() < deadline:
         seen += proc.stdout.readline()

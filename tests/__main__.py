@@ -1,0 +1,57 @@
+"""`make test`: the repository's tests, the checks on the reference, and the proof at one seed.
+
+    python -m tests [PYTEST ARGS]       # extra arguments go to the pytest run of tests/
+
+The proof (python -m grpo_katas.verify --seeds 0) starts first, at a lower CPU priority, and runs beside the tests:
+they spend much of their time waiting on the processes they start (a worker's CPU budget, a round's clock, a
+command's start-up), and the proof takes the CPU they leave idle. Its report follows the tests' and the checks'
+output. The exit status is that of the first of the three that failed, or 0.
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROOF = [sys.executable, "-m", "grpo_katas.verify", "--seeds", "0"]
+
+
+def main(argv: list) -> int:
+    start = time.monotonic()
+    steps = [("the tests", [sys.executable, "-m", "pytest", "-q", "--durations=12", "tests", *argv]),
+             ("the checks on the reference", [sys.executable, "-m", "pytest", "-q", "checks"])]
+    done = []  # (what, exit status, seconds)
+    with tempfile.TemporaryFile("w+") as report:
+        proof = subprocess.Popen(PROOF, cwd=ROOT, stdout=report, stderr=subprocess.STDOUT,
+                                 preexec_fn=lambda: os.nice(10))
+        try:
+            print(f"the proof at one seed ({' '.join(PROOF[1:])}) runs beside the tests; its report comes last",
+                  flush=True)
+            for what, cmd in steps:
+                print(f"\n$ {' '.join(cmd[1:])}", flush=True)
+                t = time.monotonic()
+                done.append((what, subprocess.call(cmd, cwd=ROOT), time.monotonic() - t))
+            if proof.poll() is None:
+                print("\nwaiting for the proof at one seed ...", flush=True)
+            done.append(("the proof at one seed (from the start, beside them)", proof.wait(), time.monotonic() - start))
+        except KeyboardInterrupt:  # the whole process group had the SIGINT; make sure the proof is gone too
+            proof.terminate()
+            try:
+                proof.wait(10)
+            except subprocess.TimeoutExpired:
+                proof.kill()
+            print("\ninterrupted")
+            return 130
+        print(f"\n$ {' '.join(PROOF[1:])}", flush=True)
+        report.seek(0)
+        sys.stdout.write(report.read())
+    print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s ({'passed' if code == 0 else f'exit {code}'})"
+                                       for what, code, seconds in done) +
+          f"; {time.monotonic() - start:.0f} s in all", flush=True)
+    return next((code for _, code, _ in done if code), 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

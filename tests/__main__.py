@@ -18,33 +18,40 @@ ROOT = Path(__file__).resolve().parent.parent
 PROOF = [sys.executable, "-m", "grpo_katas.verify", "--seeds", "0"]
 
 
-def main(argv: list) -> int:
+def steps(argv: list) -> list:
+    """(what, command) of the parts that run in turn while the proof runs beside them."""
+    return [("the tests", [sys.executable, "-m", "pytest", "-q", "--durations=12", "tests", *argv]),
+            ("the checks on the reference", [sys.executable, "-m", "pytest", "-q", "checks"])]
+
+
+def run(parts: list, proof: list, cwd=ROOT) -> int:
+    """Run the parts in turn and the proof beside them, niced; print the proof's report last, then each part's time.
+    The exit status is that of the first part that failed, the proof last, or 0."""
     start = time.monotonic()
-    steps = [("the tests", [sys.executable, "-m", "pytest", "-q", "--durations=12", "tests", *argv]),
-             ("the checks on the reference", [sys.executable, "-m", "pytest", "-q", "checks"])]
     done = []  # (what, exit status, seconds)
     with tempfile.TemporaryFile("w+") as report:
-        proof = subprocess.Popen(PROOF, cwd=ROOT, stdout=report, stderr=subprocess.STDOUT,
-                                 preexec_fn=lambda: os.nice(10))
+        beside = subprocess.Popen(proof, cwd=cwd, stdout=report, stderr=subprocess.STDOUT,
+                                  preexec_fn=lambda: os.nice(10))
         try:
-            print(f"the proof at one seed ({' '.join(PROOF[1:])}) runs beside the tests; its report comes last",
+            print(f"the proof at one seed ({' '.join(proof[1:])}) runs beside the tests; its report comes last",
                   flush=True)
-            for what, cmd in steps:
+            for what, cmd in parts:
                 print(f"\n$ {' '.join(cmd[1:])}", flush=True)
                 t = time.monotonic()
-                done.append((what, subprocess.call(cmd, cwd=ROOT), time.monotonic() - t))
-            if proof.poll() is None:
+                done.append((what, subprocess.call(cmd, cwd=cwd), time.monotonic() - t))
+            if beside.poll() is None:
                 print("\nwaiting for the proof at one seed ...", flush=True)
-            done.append(("the proof at one seed (from the start, beside them)", proof.wait(), time.monotonic() - start))
+            done.append(("the proof at one seed (from the start, beside them)", beside.wait(),
+                         time.monotonic() - start))
         except KeyboardInterrupt:  # the whole process group had the SIGINT; make sure the proof is gone too
-            proof.terminate()
+            beside.terminate()
             try:
-                proof.wait(10)
+                beside.wait(10)
             except subprocess.TimeoutExpired:
-                proof.kill()
+                beside.kill()
             print("\ninterrupted")
             return 130
-        print(f"\n$ {' '.join(PROOF[1:])}", flush=True)
+        print(f"\n$ {' '.join(proof[1:])}", flush=True)
         report.seek(0)
         sys.stdout.write(report.read())
     print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s ({'passed' if code == 0 else f'exit {code}'})"
@@ -54,4 +61,4 @@ def main(argv: list) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(run(steps(sys.argv[1:]), PROOF))

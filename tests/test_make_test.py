@@ -1,0 +1,38 @@
+"""`make test` (tests/__main__.py): the proof runs niced beside the other parts, its report comes last, and the exit
+status is the first failure. Tiny commands stand in for the tests, the checks and the proof.
+Run: pytest tests/test_make_test.py"""
+import os
+import sys
+
+import pytest
+
+from tests.__main__ import run
+
+
+def py(code: str) -> list:
+    return [sys.executable, "-c", code]
+
+
+PROOF = py("import os, time; time.sleep(0.5); print('proof', 'report', 'niceness', os.nice(0))")
+
+
+@pytest.mark.parametrize("codes, expected", [((0, 0, 0), 0), ((1, 0, 0), 1), ((0, 4, 0), 4), ((0, 0, 3), 3),
+                                             ((5, 4, 3), 5)])
+def test_the_first_failure_is_the_exit_status(tmp_path, capfd, codes, expected):
+    tests, checks, proof = codes
+    parts = [("the tests", py(f"print('tests', 'ran'); raise SystemExit({tests})")),
+             ("the checks on the reference", py(f"print('checks', 'ran'); raise SystemExit({checks})"))]
+    assert run(parts, PROOF[:-1] + [PROOF[-1] + f"; raise SystemExit({proof})"], cwd=tmp_path) == expected
+    out = capfd.readouterr().out
+    assert out.index("tests ran") < out.index("checks ran") < out.index("proof report")
+    summary = out.strip().splitlines()[-1]
+    assert summary.startswith("make test: the tests") and "the proof at one seed" in summary
+    assert ("passed" if expected == 0 else f"exit {expected}") in summary
+
+
+def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):
+    parts = [("the tests", py("import time; time.sleep(0.2)"))]
+    assert run(parts, PROOF, cwd=tmp_path) == 0
+    out = capfd.readouterr().out
+    assert "waiting for the proof" in out  # the proof (0.5 s) was still running when the tests (0.2 s) ended
+    assert int(out.rsplit("niceness", 1)[1].split()[0]) == min(os.nice(0) + 10, 19)  # 19 is the lowest priority

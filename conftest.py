@@ -68,21 +68,21 @@ def worker(config, early: bool = False):
     """The run's judge.client.Worker; `early` launches its process before this process imports torch."""
     if WORKER not in config.stash:
         paths = config.getoption("--target", None) or [str(DEFAULT_TARGET)]
-        keys = [f"t{i}" for i in range(len(paths))]
+        targets = {f"t{i}": p for i, p in enumerate(paths)}
         limit = config.getoption("--time-limit")
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise pytest.UsageError(f"cannot load the target: {missing[0]}: no such file")
         limits = Limits(memory_gb=config.getoption("--memory-gb"))
         try:
-            spawned = Spawned(dict(zip(keys, paths)), config.getoption("--sandbox"), limits) if early else None
+            spawned = Spawned(targets, config.getoption("--sandbox"), limits) if early else None
             from grpo_katas.judge.client import Target, Worker
-            w = Worker(dict(zip(keys, paths)), sandbox_mode=config.getoption("--sandbox"), limits=limits,
+            w = Worker(targets, sandbox_mode=config.getoption("--sandbox"), limits=limits,
                        deadline=None if limit is None else time.monotonic() + limit, spawned=spawned)
         except (RuntimeError, ValueError) as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[WORKER] = w
-        config.stash[TARGETS] = [Target(w, k, Path(p)) for k, p in zip(keys, paths)]
+        config.stash[TARGETS] = [Target(w, k, Path(p)) for k, p in targets.items()]
     return config.stash[WORKER]
 
 

@@ -23,7 +23,9 @@ and overall:
   - at least 90% of the bugs can be planted in at least 3 of the 4 codebases, and every bug that cannot be
     planted somewhere says why;
   - each interview round uses a codebase that no warm-up uses;
-  - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer);
+  - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer),
+    or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
+    computation from another expression (grpo_katas/structure.py);
   - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase.
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
@@ -43,6 +45,7 @@ from grpo_katas import ROOT
 from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
                                   load_katas, plant, tells_in)
 from grpo_katas.matrix import Verdict
+from grpo_katas.structure import structural_tells
 
 SEEDS = (0, 1, 2)
 # a file that advertises itself as the answer (the reference *policy* is GRPO's own vocabulary and is fine)
@@ -139,6 +142,8 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
                     problems.append(f"bug {bug.id}@{name}: the planted file leaves {left} unused, which points at it")
                 for _, tell in tells_in(text, [bug], name):
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
+                for tell in structural_tells(source, text):
+                    problems.append(f"bug {bug.id}@{name}: {tell}, which points at it")
             elif name not in bug.skip:
                 problems.append(f"bug {bug.id}: no edits for the {name} codebase and no reason why not")
     for kata in katas:

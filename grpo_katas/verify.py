@@ -14,7 +14,8 @@ serves every seed. Then, for every codebase:
   - each kata is its codebase plus exactly its bugs, byte for byte, so the kata with its fixes applied (healed)
     is the codebase, which passes everything;
   - no kata file, and no file with one bug planted, contains a tell of its own bugs, and no kata file calls
-    itself a reference or a corrected loop;
+    itself a reference or a corrected loop, or says where it comes from (a style line, a path into solutions/,
+    the repository it is modelled on);
 and overall:
   - every check is failed by at least one bug (no dead checks);
   - the verdicts are identical across the seeds (no flaky check);
@@ -51,6 +52,9 @@ SEEDS = (0, 1, 2)
 # a file that advertises itself as the answer (the reference *policy* is GRPO's own vocabulary and is fine)
 ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|corrected (loop|version|implementation|code)"
                      r"|the reference:|measured against", re.I)
+
+# where a kata comes from: no file at work names the repository it was modelled on, or the path of its answer
+PROVENANCE = re.compile(r"^#\s*style:.*$|solutions/\S*|\b(karpathy|volcengine|huggingface)/\w+", re.I | re.M)
 
 
 def run_matrix(targets: dict, seeds, processes: int) -> tuple:
@@ -157,6 +161,8 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
             problems.append(f"{kata.name}: the file says {tell!r}, which gives away {bug_id}")
         if ADVERTS.search(text):
             problems.append(f"{kata.name}: the file calls itself {ADVERTS.search(text).group(0)!r}")
+        if PROVENANCE.search(text):
+            problems.append(f"{kata.name}: the file says where it comes from: {PROVENANCE.search(text).group(0)!r}")
         targets[kata.name] = kata.loop
     return targets
 

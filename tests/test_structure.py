@@ -69,3 +69,13 @@ def test_near_identical_plantings_are_counted_per_pair_of_codebases():
                           "b": [("return x * scale", "return torch.clamp(x, max=scale) * 2")]})
     found, pairs = near_identical({"same": same, "apart": apart}, sources)
     assert pairs == 2 and [f[0] for f in found] == ["same"]
+
+
+def test_a_kata_that_says_where_it_comes_from_is_refused():
+    from grpo_katas.verify import PROVENANCE
+    for line in ["# style: karpathy/nanochat scripts/chat_rl.py", "python solutions/codebases/script.py",
+                 "in the manner of volcengine/verl"]:
+        assert PROVENANCE.search(f'"""A loop."""\n{line}\nimport torch\n'), line
+    for line in ["# the reference policy stays frozen", "see https://huggingface.co/papers/2402.03300",
+                 "# nanochat-like print lines are fine in prose"]:
+        assert not PROVENANCE.search(f'"""A loop."""\n{line}\nimport torch\n'), line

@@ -47,6 +47,8 @@ def require_transformers():
         raise ImportError(INSTALL_HINT) from None
     transformers.logging.set_verbosity_error()
     transformers.logging.disable_progress_bar()
+    import huggingface_hub  # its retries of an unreachable hub would print a line each
+    huggingface_hub.utils.logging.set_verbosity_error()
     return transformers
 
 
@@ -102,10 +104,10 @@ def no_dropout(model) -> None:
             setattr(model.config, key, 0.0)
 
 
-def load_tokenizer(name: str):
+def load_tokenizer(name: str, **kwargs):
     """The checkpoint's tokenizer with a pad token of its own (never its EOS)."""
     from transformers import AutoTokenizer
-    tokenizer = AutoTokenizer.from_pretrained(name)
+    tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
     if tokenizer.eos_token_id is None:
         raise ValueError(f"{name}: the tokenizer has no EOS token, so a completion could never end")
     if tokenizer.pad_token_id is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
@@ -113,18 +115,37 @@ def load_tokenizer(name: str):
     return tokenizer
 
 
+def source_of(name: str) -> tuple:
+    """(what to pass to from_pretrained, is it a local folder). A name that reads as a path (./x, /x, ~/x, or
+    under a folder that exists here, as runs/x) must be a saved model's folder: it is never sent to the hub."""
+    local = Path(name).expanduser()
+    if local.exists() or name.startswith((".", "/", "~")) or (local.parent != Path(".") and local.parent.is_dir()):
+        if not local.is_dir():
+            raise ValueError(f"cannot load the model {name!r}: no such folder")
+        if not (local / "config.json").exists():
+            raise ValueError(f"cannot load the model {name!r}: a folder without config.json, not a saved model")
+        return str(local), True
+    return name, False
+
+
 def load(name: str, device="cpu", *, gradient_checkpointing: bool = False) -> HFPolicy:
-    """A hub name or a local folder -> HFPolicy on `device`, float32 weights (see the module docstring)."""
+    """A hub name or a local folder -> HFPolicy on `device`, float32 weights (see the module docstring). A hub
+    model is read from the local cache when it is there (no network at all), else downloaded."""
     require_transformers()
     from transformers import AutoModelForCausalLM
-    local = Path(name).expanduser()
-    if local.exists() and not (local / "config.json").exists():
-        raise ValueError(f"{name} is a folder without config.json: not a saved transformers model")
-    source = str(local) if local.exists() else name
+    source, local = source_of(name)
+
+    def read(**kwargs):
+        return load_tokenizer(source, **kwargs), AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32,
+                                                                                      **kwargs)
     try:
-        tokenizer = load_tokenizer(source)
-        model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
-    except (OSError, ValueError) as exc:  # no such folder or hub repo, no network, not a causal LM
+        try:
+            tokenizer, model = read(local_files_only=True)
+        except OSError:  # a hub model not in the cache yet
+            if local:
+                raise
+            tokenizer, model = read()
+    except (OSError, ValueError) as exc:  # no such hub repo, no network, not a causal LM
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"cannot load the model {name!r}: {first}") from None
     if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:  # the pad token added above needs a row

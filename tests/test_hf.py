@@ -104,9 +104,12 @@ def test_a_tokenizer_whose_pad_is_its_eos_gets_a_pad_of_its_own(tmp_path):
     assert encode_prompt(p.tokenizer, "7=") == p.tokenizer("7=")["input_ids"]  # no chat template: the plain text
 
 
-def test_a_bad_model_is_one_line(tmp_path):
+def test_a_bad_model_is_one_line(tmp_path, monkeypatch):
+    """A name that reads as a path is never sent to the hub (runs/x where runs/ exists, ./x, /x)."""
     (tmp_path / "empty").mkdir()
-    for name, words in [(str(tmp_path / "empty"), "without config.json"), (str(tmp_path / "nowhere"), "cannot load")]:
+    monkeypatch.chdir(tmp_path)
+    for name, words in [("empty", "without config.json"), ("empty/nowhere", "no such folder"),
+                        (str(tmp_path / "nowhere"), "no such folder"), ("./nowhere", "no such folder")]:
         with pytest.raises(ConfigError) as info:
             build(RunConfig(hf_model=name, device="cpu"), torch.device("cpu"))
         assert info.value.setting == "hf_model" and words in str(info.value) and "\n" not in str(info.value)

@@ -41,6 +41,7 @@ help:
 	@echo "                              RESUME=1 continues one (python -m grpo_katas.trainer --help explains each flag)"
 	@echo "  make bench                  how fast the reference trains on this machine, stage by stage"
 	@echo "  make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 run of an 8x512 model"
+	@echo "  MODEL=hub/name|folder       train, run, bench and gpu-check on a Hugging Face causal LM (README: Real models)"
 	@echo "The repository:"
 	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
 	@echo "  make bubblewrap             install the checks' sandbox (bwrap) when missing; make setup runs it"
@@ -89,7 +90,8 @@ kata watch hint: $(STAMP)
 	@$(CLI) $@ "$(N)"
 
 run: $(STAMP)
-	@$(CLI) run "$(N)" $(if $(STEPS),--steps $(STEPS)) $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc $(NPROC))
+	@$(CLI) run "$(N)" $(if $(STEPS),--steps $(STEPS)) $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc $(NPROC)) \
+		$(if $(MODEL),--hf-model $(MODEL)) $(if $(TASK),--task $(TASK))
 
 solution: $(STAMP)
 	@$(CLI) solution "$(N)" $(if $(FORCE),--force)
@@ -131,10 +133,11 @@ grade: $(STAMP)
 train: $(STAMP)
 	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(TASK)) $(if $(STEPS),--steps $(STEPS)) \
 		$(if $(DEVICE),--device $(DEVICE)) $(if $(SET),--set $(SET)) $(if $(OUT),--out $(OUT)) \
-		$(if $(RESUME),--resume) $(if $(COMPILE),--compile) $(if $(NPROC),--nproc $(NPROC))
+		$(if $(RESUME),--resume) $(if $(COMPILE),--compile) $(if $(NPROC),--nproc $(NPROC)) \
+		$(if $(MODEL),--hf-model $(MODEL)) $(if $(CHECKPOINTING),--gradient-checkpointing)
 
 bench: $(STAMP)
-	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(DEVICE))
+	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(DEVICE)) $(if $(MODEL),--hf-model $(MODEL))
 
 gpu-check: $(STAMP)
-	@$(PYTHON) -m grpo_katas.gpu_check
+	@$(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model $(MODEL))

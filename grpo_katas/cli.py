@@ -107,6 +107,11 @@ def cmd_run(args) -> int:
     args.set = kata.settings if args.set is None else args.set
     nproc = kata.run["nproc"] if args.nproc is None else args.nproc
     runner_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--nproc", str(nproc), "--set", *args.set]
+    if args.hf_model:  # a local folder by its full path: the runner starts in the repository root
+        model = Path(args.hf_model).expanduser()
+        runner_args = ["--hf-model", str(model.resolve()) if model.exists() else args.hf_model, *runner_args]
+    if args.task:
+        runner_args = ["--task", args.task, *runner_args]
     run = LoopRun(path, runner_args)
     history, last = live_run(run, f"kata {kata.key}: {path.relative_to(ROOT)}", max(1, args.steps))
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
@@ -505,6 +510,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--nproc", type=int, default=None,
                      help="data-parallel ranks (default: the kata's, 1): 2 runs your loop as two gloo processes, "
                           "where the bugs of data-parallel training show; each rank's stats appear as key@rank")
+    run.add_argument("--hf-model", default="", metavar="MODEL",
+                     help="run your loop on a Hugging Face causal LM (a hub name or a local folder; needs the hf "
+                          "extra) instead of the lab model, on the GPU when there is one: your bug at scale")
+    run.add_argument("--task", default=None,
+                     help="the task (default sum); with --hf-model also arith or gsm8k, word problems for a "
+                          "pretrained model")
     sub.choices["watch"].add_argument("--interval", type=float, default=0.5,
                                       help="seconds between looks at the file (default 0.5)")
     sub.choices["solution"].add_argument("--force", action="store_true",

@@ -65,7 +65,7 @@ def step_stats(event: dict) -> dict:
 
 # What a healthy run depends on besides its settings and its codebase: change one and the cached run is made again.
 RUN_CODE = [ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "runner.py", ROOT / "lab" / "model.py",
-            ROOT / "lab" / "tasks.py"]
+            ROOT / "lab" / "tasks.py", ROOT / "lab" / "hf.py", ROOT / "lab" / "text.py"]
 
 
 def reference_run(runner_args: list, codebase: Path = REFERENCE) -> tuple:

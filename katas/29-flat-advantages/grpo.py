@@ -347,10 +347,10 @@ if __name__ == "__main__":
     # CLI arguments
     parser = argparse.ArgumentParser(description="GRPO on a toy task")
     # Runtime
-    parser.add_argument("--device-type", type=str, default="", help="cuda|cpu|mps (empty = autodetect)")
+    parser.add_argument("--device-type", type=str, default="", choices=["", "cuda", "cpu", "mps"], help="cuda|cpu|mps (empty = autodetect)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the model, the prompts and the samples")
     # Task and training horizon
-    parser.add_argument("--task", type=str, default="sum", help="sum|copy")
+    parser.add_argument("--task", type=str, default="sum", choices=["sum", "copy"], help="sum|copy")
     parser.add_argument("--steps", type=int, default=40, help="number of optimization steps")
     parser.add_argument("--batch-size", type=int, default=16, help="prompts per step on each rank")
     # Sampling
@@ -358,21 +358,28 @@ if __name__ == "__main__":
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     # Optimization
     parser.add_argument("--num-iterations", type=int, default=2, help="iterations on each batch of rollouts (mu)")
-    parser.add_argument("--loss-type", type=str, default="grpo", help="grpo|bnpo|dr_grpo|dapo")
-    parser.add_argument("--scale-rewards", type=str, default="group", help="group|batch|none")
+    parser.add_argument("--loss-type", type=str, default="grpo", choices=["grpo", "bnpo", "dr_grpo", "dapo"], help="grpo|bnpo|dr_grpo|dapo")
+    parser.add_argument("--scale-rewards", type=str, default="group", choices=["group", "batch", "none"], help="group|batch|none")
     parser.add_argument("--grad-accum-steps", type=int, default=1, help="passes through the model per optimizer step")
     args = parser.parse_args()
+    if min(args.steps, args.batch_size, args.num_iterations, args.grad_accum_steps) < 1:
+        parser.error("--steps, --batch-size, --num-iterations and --grad-accum-steps must be at least 1")
+    try:
+        cfg = GRPOConfig(group_size=args.group_size, temperature=args.temperature, num_iterations=args.num_iterations,
+                         loss_type=args.loss_type, scale_rewards=args.scale_rewards, grad_accum_steps=args.grad_accum_steps)
+    except AssertionError as e:
+        parser.error(str(e))
 
     # Init compute
     device_type = autodetect_device_type() if args.device_type == "" else args.device_type
+    if device_type == "cuda" and not torch.cuda.is_available() or device_type == "mps" and not torch.backends.mps.is_available():
+        parser.error(f"--device-type={device_type}, but torch sees no such device")
     ddp, ddp_rank, ddp_local_rank, ddp_world_size, device = compute_init(device_type)
     master_process = ddp_rank == 0 # this process will do the logging
 
     # Init the model (the same weights on every rank) and the task
     torch.manual_seed(args.seed)
     model = TinyLM(ModelConfig()).to(device)
-    cfg = GRPOConfig(group_size=args.group_size, temperature=args.temperature, num_iterations=args.num_iterations,
-                     loss_type=args.loss_type, scale_rewards=args.scale_rewards, grad_accum_steps=args.grad_accum_steps)
     history = train(model, make_task(args.task), cfg, steps=args.steps, batch_size=args.batch_size, seed=args.seed)
     if master_process:
         first, last = history[:5], history[-5:]

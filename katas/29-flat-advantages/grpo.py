@@ -232,8 +232,6 @@ def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
     completion_mask_all = rollout.completion_mask # (N, T)
     sampler_logprobs_all = rollout.sampler_logp if cfg.is_cap is not None else None # (N, T)
     num_rows = input_ids_all.size(0)
-    # Calculate the advantages: each sample's reward against the other samples of its prompt
-    advantages_all = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards) # (N,)
 
     # The rows go through the model in grad_accum_steps passes; as torch.tensor_split cuts them, the first
     # num_rows % num_passes passes get one row more
@@ -246,6 +244,9 @@ def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
     with torch.no_grad():
         old_logprobs_all = torch.cat([token_logprobs(policy, input_ids_all[b0:b1], attention_mask_all[b0:b1], rollout.prompt_len, cfg.temperature) for b0, b1 in passes])
         ref_logprobs_all = torch.cat([token_logprobs(ref_policy, input_ids_all[b0:b1], attention_mask_all[b0:b1], rollout.prompt_len, cfg.temperature) for b0, b1 in passes])
+
+    # Calculate the advantages: each sample's reward against the other samples of its prompt
+    advantages_all = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards) # (N,)
 
     # dapo divides every pass by the valid tokens of the whole batch, counted over all ranks; as DDP averages the
     # ranks' gradients, each rank divides by its share of that count

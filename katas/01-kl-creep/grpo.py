@@ -196,7 +196,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num
     # The valid tokens are those of the completions; what sits under the mask is set to 0 first
     valid = completion_mask.bool() # (N, T)
     logp, old_logp, ref_logp = (torch.where(valid, x, 0.0) for x in (logp, old_logp, ref_logp))
-    # PPO's clipped objective, on the probability ratio of the policy to pi_old
+    # PPO's clipped objective
     ratio = torch.exp(logp - old_logp) # (N, T)
     ratio_min, ratio_max = 1 - cfg.clip_eps, 1 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
     clipped_ratio = ratio.clamp(ratio_min, ratio_max)
@@ -206,7 +206,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num
     if cfg.is_cap is not None and sampler_logp is not None:
         log_weight = torch.where(valid, old_logp - sampler_logp, 0.0)
         pg_obj = pg_obj * log_weight.exp().clamp(max=cfg.is_cap).detach()
-    # The KL penalty keeps the policy near the reference model
+    # The KL penalty, against the reference model
     kl = kl_penalty(logp, ref_logp)
     obj = pg_obj + cfg.beta * kl # (N, T)
     # Normalize, as loss_type says

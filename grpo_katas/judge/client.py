@@ -170,13 +170,13 @@ class Worker:
     def _describe_error(self, key, err, doing) -> str:
         if not isinstance(err, dict):
             return f"{doing} failed and the worker gave no reason"
-        where = err.get("where")
+        where = str(err.get("where") or "")[:300]
         if where and key in self.inside:
-            where = str(where).replace(self.inside[key], display(self.targets[key]), 1)
-        kind, message = str(err.get("type", "Error")), str(err.get("message", ""))[:1500]
+            where = where.replace(self.inside[key], display(self.targets[key]), 1)
+        kind, message = str(err.get("type", "Error"))[:100], str(err.get("message", ""))[:1500]
         text = f"{kind}: {message}" if message else kind
         if where:
-            code = str(err.get("code") or "")
+            code = str(err.get("code") or "")[:300]
             text += f" (at {where}" + (f": `{code}`" if code else "") + ")"
         return text
 

@@ -42,7 +42,7 @@ from grpo_katas.catalogue import CatalogueError, CheckId, fail_to_pass, find_kat
 from grpo_katas.judge import sandbox as sandboxes
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
-GRACE_S = 5                      # the judge may run this long past the time limit before it is killed
+GRACE_S = 6                      # the judge may run this long past the time limit before it is killed
 REPORT_BYTES = 8 * 2**20         # the judge's verdicts file is refused beyond this
 EVENTS = 20                      # worker events kept in results.json
 # what neither UTF-8 nor XML 1.0 can carry: lone surrogates, C0 controls but tab, newline and return, U+FFFE/F
@@ -63,9 +63,9 @@ def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, s
         shutil.copyfile(submission, copy)
         cmd = [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts),
                f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--time-limit={time_limit}", str(copy)]
-        with open(log, "wb") as err:
+        with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
             proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                    start_new_session=True)
+                                    env={**os.environ, "TMPDIR": tmp}, start_new_session=True)
         try:
             proc.wait(timeout=max(0.0, start + time_limit + GRACE_S - time.monotonic()))
             run, problem = read_verdicts(verdicts, proc.returncode, log)
@@ -243,12 +243,12 @@ def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bub
     except CatalogueError as exc:
         raise UsageError(str(exc)) from None
     out, submission, bugs = prepare_out(out), Path(submission), load_bugs()
-    check_sandbox(sandbox)
     seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh seed: no check's inputs known in advance
     if not submission.is_file():
         run = matrix.Run(1, [{}], {}, "none", [])
         results = build_results(kata, bugs, run, f"{submission}: no such file", submission, 0.0, seed)
     else:
+        check_sandbox(sandbox)
         run, problem, seconds = judge(submission, time_limit, memory_gb, sandbox, seed)
         results = build_results(kata, bugs, run, problem, submission, seconds, seed)
     (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")

@@ -1,6 +1,7 @@
-"""A correct GRPO whose records are NamedTuples, to prove that the judge carries a result's fields whatever
-record type holds them: GRPOConfig and Rollout are typing.NamedTuples (a Rollout reaches the checks as a tuple
-subclass), and the steps' statistics are a NamedTuple turned into a dict only at the contract's edge.
+"""A correct GRPO whose records are named tuples, to prove that the judge carries a result's fields whatever
+record type holds them: GRPOConfig is a collections.namedtuple, Rollout a typing.NamedTuple (it reaches the judge
+as a tuple subclass, its fields in an order of its own), and the steps' statistics a NamedTuple turned into a
+dict only at the contract's edge.
 
 Its own way through the contract otherwise:
 - sampling by inverse CDF: one uniform per row, searchsorted into the cumulative probabilities;
@@ -8,8 +9,10 @@ Its own way through the contract otherwise:
 - advantages from torch.std_mean over the unflattened groups; log-probs as a negated cross-entropy;
 - k3 as expm1(d) - d; every loss type as a token sum over a denominator picked from a table;
 - micro-batches from tensor_split of the row indices, each loss rescaled by its share of the normalizer;
-- under DistributedDataParallel, the scoring passes run on the wrapped module and gradients sync once per step."""
+- under DistributedDataParallel, the no-grad scoring runs on the bare module, the training pass through the
+  wrapper, and gradients are all-reduced once per step (no_sync on every micro-batch but the last)."""
 import copy
+from collections import namedtuple
 from contextlib import nullcontext
 from typing import NamedTuple
 
@@ -19,28 +22,19 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 
-class GRPOConfig(NamedTuple):
-    group_size: int = 8
-    max_new_tokens: int = 8
-    temperature: float = 1.0
-    beta: float = 0.04
-    clip_eps: float = 0.2
-    adv_eps: float = 1e-4
-    num_iterations: int = 1
-    lr: float = 3e-3
-    max_grad_norm: float = 1.0
-    loss_type: str = "grpo"
-    scale_rewards: str = "group"
-    clip_eps_high: float | None = None
-    grad_accum_steps: int = 1
-    is_cap: float | None = None
+# the contract's fields and defaults; a namedtuple is immutable, so no config object is ever shared and changed
+DEFAULTS = {"group_size": 8, "max_new_tokens": 8, "temperature": 1.0, "beta": 0.04, "clip_eps": 0.2,
+            "adv_eps": 1e-4, "num_iterations": 1, "lr": 3e-3, "max_grad_norm": 1.0, "loss_type": "grpo",
+            "scale_rewards": "group", "clip_eps_high": None, "grad_accum_steps": 1, "is_cap": None}
+GRPOConfig = namedtuple("GRPOConfig", DEFAULTS, defaults=DEFAULTS.values())
 
 
 class Rollout(NamedTuple):
+    """The contract's fields in an order of its own: the judge must go by name, never by position."""
+    prompt_len: int                # P
+    completion_mask: torch.Tensor  # (N, T)
     input_ids: torch.Tensor        # (N, P+T)
     attention_mask: torch.Tensor   # (N, P+T)
-    completion_mask: torch.Tensor  # (N, T)
-    prompt_len: int
     sampler_logp: torch.Tensor | None = None
 
 
@@ -72,7 +66,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
         ids = torch.cat([ids, torch.where(done, pad_id, tok)[:, None]], dim=1)
         att = torch.cat([att, (~done).to(att.dtype)[:, None]], dim=1)
         done = done | (tok == eos_id)
-    return Rollout(ids, att, completion_mask(ids[:, P:], eos_id), P, torch.stack(drawn, dim=1))
+    return Rollout(P, completion_mask(ids[:, P:], eos_id), ids, att, torch.stack(drawn, dim=1))
 
 
 def group_advantages(rewards, group_size, eps, scale="group"):

@@ -29,6 +29,8 @@ HELP_SANDBOX = ("where the targets run: auto (bubblewrap when it can run here, e
                 "bubblewrap (refuse to run without it), process")
 HELP_MEMORY = "address-space limit of the worker process, in GiB (default: 8)"
 HELP_TIME = "wall-clock seconds for the whole run; contract calls after that fail at once (default: none)"
+HELP_DEADLINE = ("the same as an instant: time.monotonic() on this machine (how a grader hands its judge the time "
+                 "it has left, its start-up included)")
 
 WORKER = pytest.StashKey[object]()  # a judge.client.Worker
 TARGETS = pytest.StashKey[list]()
@@ -41,6 +43,7 @@ def pytest_addoption(parser):
     group.addoption("--sandbox", choices=["auto", "bubblewrap", "process"], default="auto", help=HELP_SANDBOX)
     group.addoption("--memory-gb", type=float, default=8.0, help=HELP_MEMORY)
     group.addoption("--time-limit", type=float, default=None, help=HELP_TIME)
+    group.addoption("--deadline", type=float, default=None, help=HELP_DEADLINE)
 
 
 def pytest_configure(config):
@@ -69,7 +72,9 @@ def worker(config, early: bool = False):
     if WORKER not in config.stash:
         paths = config.getoption("--target", None) or [str(DEFAULT_TARGET)]
         targets = {f"t{i}": p for i, p in enumerate(paths)}
-        limit = config.getoption("--time-limit")
+        limit, deadline = config.getoption("--time-limit"), config.getoption("--deadline")
+        if limit is not None:  # the earlier of the two
+            deadline = time.monotonic() + limit if deadline is None else min(deadline, time.monotonic() + limit)
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise pytest.UsageError(f"cannot load the target: {missing[0]}: no such file")
@@ -78,7 +83,7 @@ def worker(config, early: bool = False):
             spawned = Spawned(targets, config.getoption("--sandbox"), limits) if early else None
             from grpo_katas.judge.client import Target, Worker
             w = Worker(targets, sandbox_mode=config.getoption("--sandbox"), limits=limits,
-                       deadline=None if limit is None else time.monotonic() + limit, spawned=spawned)
+                       deadline=deadline, spawned=spawned)
         except (RuntimeError, ValueError) as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[WORKER] = w

@@ -62,7 +62,7 @@ def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, s
         copy, verdicts, log = Path(tmp) / "grpo.py", Path(tmp) / "verdicts.json", Path(tmp) / "judge.log"
         shutil.copyfile(submission, copy)
         cmd = [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts),
-               f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--time-limit={time_limit}", str(copy)]
+               f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--deadline={start + time_limit}", str(copy)]
         with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
             proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
                                     env={**os.environ, "TMPDIR": tmp}, start_new_session=True)

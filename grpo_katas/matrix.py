@@ -115,7 +115,7 @@ def failure_message(report) -> str:
 
 
 def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, time_limit: float | None = None,
-        checks: Path = CHECKS, echo: bool = False) -> Run:
+        deadline: float | None = None, checks: Path = CHECKS, echo: bool = False) -> Run:
     """Run the checks in this process against the targets; the targets run in one worker process."""
     collector = Collector(targets)
     # logging and warnings capture cost more than the checks on a busy run, and the checks use neither
@@ -125,6 +125,8 @@ def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, t
             *[f"--seed={s}" for s in seeds], *[f"--target={t}" for t in targets]]
     if time_limit is not None:
         args.append(f"--time-limit={time_limit}")
+    if deadline is not None:
+        args.append(f"--deadline={deadline}")
     sink = contextlib.nullcontext() if echo else contextlib.redirect_stdout(io.StringIO())
     with sink:
         code = int(pytest.main(args, plugins=[collector]))
@@ -157,10 +159,12 @@ def main(argv=None):
     parser.add_argument("--sandbox", default="auto", choices=["auto", "bubblewrap", "process"])
     parser.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit of the worker")
     parser.add_argument("--time-limit", type=float, default=None, help="wall-clock seconds for every contract call")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="the same as an instant, time.monotonic() on this machine (what grade passes its judge)")
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args(argv)
     r = run(args.targets, args.seed or [0], sandbox=args.sandbox, memory_gb=args.memory_gb,
-            time_limit=args.time_limit)
+            time_limit=args.time_limit, deadline=args.deadline)
     Path(args.out).write_text(json.dumps(report(r, args.targets)))
     return r.exit_code
 

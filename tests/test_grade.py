@@ -28,6 +28,9 @@ GOOD = REFERENCE.read_text()
 TIME_LIMIT = 90
 MARK = "grpo-katas-escapee"               # in the argv of processes a submission leaves behind, and in file names
 MODE = sandbox.resolve("auto")[0]         # grading refuses a plain process unless asked: where no bubblewrap, ask
+# a case that hangs gets a short limit, through the option a user has; it ends as a failure, or, where the machine
+# is too busy for the judge to finish its last checks in the seconds after the limit, as an error: never a pass
+SHORT = ("--time-limit", "30")
 
 
 class Case(NamedTuple):
@@ -56,12 +59,14 @@ def hostile(repo, out) -> dict:
         "syntax-error": ("def generate(:\n", "error", "SyntaxError"),
         "sys-exit-at-import": ("import sys\nsys.exit(0)\n" + GOOD, "error", "SystemExit"),
         "os-exit-at-import": ("import os\nos._exit(0)\n" + GOOD, "error", "ended the worker process"),
-        "hang-at-import": ("while True:\n    pass\n" + GOOD, "error", "CPU time while importing"),
+        "hang-at-import": ("while True:\n    pass\n" + GOOD, "error", "CPU time while importing|time limit",
+                           KATA.number, SHORT),
         "hang-in-a-function": (GOOD.replace("    log_ratio = ref_logp - logp ",
                                             "    while True:\n        pass\n    log_ratio = ref_logp - logp "),
-                               "fail", "kl_penalty did not return"),
+                               "fail|error", "kl_penalty did not return|time limit", KATA.number, SHORT),
         "sleeps-in-a-function": (GOOD.replace("    r = rewards.detach()", "    import time; time.sleep(10**6)\n"
-                                              "    r = rewards.detach()"), "fail", "used no CPU at all"),
+                                              "    r = rewards.detach()"), "fail|error",
+                                 "used no CPU at all|time limit", KATA.number, SHORT),
         "segfault": (GOOD.replace("    r = rewards.detach()", "    import ctypes; ctypes.string_at(0)\n"
                                   "    r = rewards.detach()"), "fail", "SIGSEGV"),
         "eats-memory-at-import": ("hog = bytearray(64 * 2**30)\n" + GOOD, "error", "MemoryError"),
@@ -149,7 +154,6 @@ def hostile(repo, out) -> dict:
 
 def issue_19_cases() -> dict:
     """The ways in of issue 19: a grader run as root, hostile output, known inputs."""
-    short = ("--time-limit", "30")        # a case that hangs gets a short limit, through the option a user has
     kata_30_half_fixed = plant(codebase_source("trainer"), [load_bugs()["clip-high-on-lower"]], "trainer")
     return {
         "remounts-its-binds-writable": Case(BUGGY + REMOUNT, "fail", "checks pass"),
@@ -171,7 +175,7 @@ def issue_19_cases() -> dict:
             "did not finish within its time limit", args=("--sandbox", "process", "--time-limit", "20")),
         "stops-what-it-sees-in-the-sandbox": Case(at_advantages(BUGGY, (
             "import os, signal\nfor _pid in (os.getppid(), -1):\n    try:\n        os.kill(_pid, signal.SIGSTOP)\n"
-            "    except OSError:\n        pass")), "fail", "checks pass", args=short),
+            "    except OSError:\n        pass")), "fail|error", "checks pass|time limit", args=SHORT),
         "knows-the-seed-0-draws": Case(GOOD + KNOWS_SEED_0, "fail", "the k3 estimate"),
         "ranks-share-prompts": Case(GOOD.replace("prompt_gen = torch.Generator().manual_seed(seed + rank)",
                                                  "prompt_gen = torch.Generator().manual_seed(seed)"),
@@ -288,8 +292,8 @@ def grade_all(repo, cases: dict, base) -> dict:
 
 
 def tree(root: Path) -> dict:
-    """path -> bytes of every file below root."""
-    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    """path -> bytes of every file below root but the judge's own bytecode caches."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")

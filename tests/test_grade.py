@@ -172,7 +172,7 @@ def issue_19_cases() -> dict:
         "names-a-judge-function": Case(BUGGY + FORGES_A_DTYPE, "fail", "unknown dtype"),
         "stops-the-judge-in-process-mode": Case(
             at_advantages(BUGGY, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"), "error",
-            "did not finish within its time limit", args=("--sandbox", "process", "--time-limit", "20")),
+            "did not finish within its time limit", args=("--sandbox", "process", "--time-limit", "60")),
         "stops-what-it-sees-in-the-sandbox": Case(at_advantages(BUGGY, (
             "import os, signal\nfor _pid in (os.getppid(), -1):\n    try:\n        os.kill(_pid, signal.SIGSTOP)\n"
             "    except OSError:\n        pass")), "fail|error", "checks pass|time limit", args=SHORT),

@@ -79,7 +79,8 @@ def _probe() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap failed to start ({exc})"
     if r.returncode != 0:
-        return f"bubblewrap 0.8 or later cannot create its namespaces here ({r.stderr.strip()[:200] or r.returncode})"
+        return (f"bubblewrap cannot set up the worker's isolation here (it needs bubblewrap 0.8 or later and user "
+                f"namespaces): {r.stderr.strip()[:200] or r.returncode}")
     held = capabilities(r.stdout)
     if held:
         return f"bubblewrap would leave the worker capabilities ({held}): refused"

@@ -133,7 +133,7 @@ def pytest_runtest_setup(item):
     """Once the run's time limit has passed, a check fails at once instead of working out its oracle's answers:
     a grader that kills the judge soon after the limit then still gets a verdict on every check."""
     w = item.config.stash.get(WORKER, None)
-    if w is not None and w.deadline is not None and "grpo" in item.fixturenames and time.monotonic() > w.deadline:
+    if w is not None and "grpo" in item.fixturenames and w.out_of_time():
         from grpo_katas.judge.client import CallFailed
         raise CallFailed("not run: the time limit for the whole run ran out")
 

@@ -228,6 +228,27 @@ def test_a_hang_is_one_budget_and_later_calls_fail_at_once(tmp_path, monkeypatch
     assert len(w.events) == 1
 
 
+def test_a_restart_cut_short_by_the_time_limit_is_not_an_import_error(tmp_path):
+    """The file imported once; when the time limit runs out while the worker restarts (a busy machine, a slow
+    import), later calls fail as out of time and the checks keep their verdicts."""
+    target = tmp_path / "grpo.py"
+    target.write_text(f"import os, time\nMARK = {str(tmp_path / 'imported')!r}\n"
+                      "if os.path.exists(MARK):\n    time.sleep(60)\nopen(MARK, 'w').close()\n\n"
+                      "def kl_penalty(a, b):\n    os._exit(1)\n\ndef group_advantages(r, g, e):\n    return r\n")
+    w = Worker({"t": target}, sandbox_mode="process")
+    g = Target(w, "t", target)
+    try:
+        w.ready()
+        w.deadline = time.monotonic() + 5
+        with pytest.raises(CallFailed, match="ended the worker process"):
+            g.kl_penalty(torch.zeros(2), torch.zeros(2))
+        with pytest.raises(CallFailed, match="time limit .* while the worker restarted"):
+            g.group_advantages(torch.zeros(2), 2, 0.0)
+    finally:
+        w.close()
+    assert not w.load_errors
+
+
 def test_a_correct_target_never_fails_from_load_alone():
     """Two check runs side by side while two processes burn both cores: budgets are CPU time, not wall time."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]

@@ -139,7 +139,7 @@ def hostile(repo, out) -> dict:
             "                if os.readlink(f'/proc/self/fd/{_fd}').startswith('socket:'):\n"
             "                    os.write(int(_fd), frame)\n            except OSError:\n                pass\n"
             "        time.sleep(0.02)\nthreading.Thread(target=_forge, daemon=True).start()\n"),
-            "error|fail", "out of order|checks pass|undecodable"),  # which frame comes first is a race
+            "error|fail", "out of order|checks pass|undecodable|time limit", KATA.number, SHORT),  # a race of frames
         "escapes-and-rewrites-out": (BUGGY + (
             f"\nimport atexit, os, subprocess, time\n_out = {str(out)!r}\n"
             "def _forge_results():\n    for _name in ('results.json', 'summary.md', 'junit.xml'):\n        try:\n"

@@ -29,6 +29,8 @@ HELP_SANDBOX = ("where the targets run: auto (bubblewrap when it can run here, e
                 "bubblewrap (refuse to run without it), process")
 HELP_MEMORY = "address-space limit of the worker process, in GiB (default: 8)"
 HELP_TIME = "wall-clock seconds for the whole run; contract calls after that fail at once (default: none)"
+HELP_DEADLINE = ("the same as an instant: time.monotonic() on this machine (how a grader hands its judge the time "
+                 "it has left, its start-up included)")
 
 WORKER = pytest.StashKey[object]()  # a judge.client.Worker
 TARGETS = pytest.StashKey[list]()
@@ -41,6 +43,7 @@ def pytest_addoption(parser):
     group.addoption("--sandbox", choices=["auto", "bubblewrap", "process"], default="auto", help=HELP_SANDBOX)
     group.addoption("--memory-gb", type=float, default=8.0, help=HELP_MEMORY)
     group.addoption("--time-limit", type=float, default=None, help=HELP_TIME)
+    group.addoption("--deadline", type=float, default=None, help=HELP_DEADLINE)
 
 
 def pytest_configure(config):
@@ -69,7 +72,9 @@ def worker(config, early: bool = False):
     if WORKER not in config.stash:
         paths = config.getoption("--target", None) or [str(DEFAULT_TARGET)]
         targets = {f"t{i}": p for i, p in enumerate(paths)}
-        limit = config.getoption("--time-limit")
+        limit, deadline = config.getoption("--time-limit"), config.getoption("--deadline")
+        if limit is not None:  # the earlier of the two
+            deadline = time.monotonic() + limit if deadline is None else min(deadline, time.monotonic() + limit)
         missing = [p for p in paths if not Path(p).is_file()]
         if missing:
             raise pytest.UsageError(f"cannot load the target: {missing[0]}: no such file")
@@ -78,7 +83,7 @@ def worker(config, early: bool = False):
             spawned = Spawned(targets, config.getoption("--sandbox"), limits) if early else None
             from grpo_katas.judge.client import Target, Worker
             w = Worker(targets, sandbox_mode=config.getoption("--sandbox"), limits=limits,
-                       deadline=None if limit is None else time.monotonic() + limit, spawned=spawned)
+                       deadline=deadline, spawned=spawned)
         except (RuntimeError, ValueError) as exc:
             raise pytest.UsageError(str(exc)) from None
         config.stash[WORKER] = w
@@ -122,6 +127,15 @@ def pytest_collection_modifyitems(session, config, items):
     if w.load_errors and len(w.load_errors) == len(w.targets):
         key, message = next(iter(w.load_errors.items()))
         pytest.exit(f"cannot load the target {w.targets[key]}: {message}", returncode=4)
+
+
+def pytest_runtest_setup(item):
+    """Once the run's time limit has passed, a check fails at once instead of working out its oracle's answers:
+    a grader that kills the judge soon after the limit then still gets a verdict on every check."""
+    w = item.config.stash.get(WORKER, None)
+    if w is not None and "grpo" in item.fixturenames and w.out_of_time():
+        from grpo_katas.judge.client import CallFailed
+        raise CallFailed("not run: the time limit for the whole run ran out")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
+from checks.compare import close, worst
 from checks.stubs import DRAWS, randint, rng, rounded
 
 pytestmark = pytest.mark.component("advantages")
@@ -20,10 +21,10 @@ def test_each_group_is_its_own_baseline(grpo, seed, draw):
     rewards = (level + torch.rand(B, G, generator=gen)).view(-1)
     a = advantages(grpo, rewards, G).view(B, G)
     means = a.mean(dim=1)
-    worst = int(means.abs().argmax())
-    assert means.abs().max() < 1e-4, (
-        f"advantages: the advantages of rows {worst * G}..{worst * G + G - 1} (group {worst} of {B}, group_size "
-        f"{G}) have mean {means[worst]:.3f}; expected 0.000 for every group")
+    g = worst(means, 0.0)
+    assert close(means, 0.0, atol=1e-4), (
+        f"advantages: the advantages of rows {g * G}..{g * G + G - 1} (group {g} of {B}, group_size "
+        f"{G}) have mean {means[g]:.3f}; expected 0.000 for every group")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -34,7 +35,7 @@ def test_groups_are_contiguous_runs(grpo, seed, draw):
     level[:2, 0] = torch.tensor([0.0, 1.0])                # at least one solved and one failed prompt
     rewards = level.expand(B, G).reshape(-1)                # constant within each prompt's group
     a = advantages(grpo, rewards, G)
-    assert torch.isfinite(a).all() and a.abs().max() < 1e-6, (
+    assert close(a, 0.0, atol=1e-6), (
         f"advantages: rewards constant within each run of {G} rows ({rounded(rewards, 3)}) give advantages "
         f"{rounded(a, 3)}; expected all 0")
 
@@ -45,7 +46,7 @@ def test_std_is_the_unbiased_group_std(grpo, seed, draw):
     lo, hi = sorted(torch.rand(2, generator=gen).tolist())
     a = advantages(grpo, torch.tensor([lo, hi, hi, lo]), 2, eps=0.0)
     expected = torch.tensor([-1, 1, 1, -1], dtype=torch.float64) * 2 ** -0.5
-    assert torch.allclose(a, expected, atol=1e-4), (
+    assert close(a, expected, atol=1e-4), (
         f"advantages: rewards [{lo:.3f}, {hi:.3f}] with group_size 2 and eps 0 give {rounded(a[:2], 4)}; "
         f"expected [-0.7071, 0.7071]")
 
@@ -60,7 +61,7 @@ def test_equal_rewards_give_zero_not_nan(grpo, seed, draw):
     assert torch.isfinite(a).all(), (
         f"advantages: a group whose {G} rewards are all {value:.3f} gives {rounded(a[:G], 6)}; expected "
         f"finite values (0)")
-    assert a[:G].abs().max() < 1e-3, (
+    assert close(a[:G], 0.0, atol=1e-3), (
         f"advantages: a group whose {G} rewards are all {value:.3f} gives advantages up to "
         f"{a[:G].abs().max():.3g} in size; expected 0")
 
@@ -75,7 +76,7 @@ def test_advantages_match_the_formula(grpo, seed, draw):
     a = advantages(grpo, rewards, G, eps)
     expected = oracle.group_advantages(rewards, G, eps)
     assert a.shape == expected.shape, f"advantages: shape {tuple(a.shape)}, expected {tuple(expected.shape)} (one per row)"
-    assert torch.allclose(a, expected, atol=1e-4, rtol=1e-4), (
+    assert close(a, expected, atol=1e-4, rtol=1e-4), (
         f"advantages: with group_size {G} and eps {eps}, rewards {rounded(rewards, 3)} give "
         f"{rounded(a, 3)}; expected {rounded(expected, 3)}")
 
@@ -98,6 +99,6 @@ def test_rewards_scale_as_configured(grpo, seed, draw):
     rewards = (level + torch.rand(B, G, generator=gen) * torch.rand(B, 1, generator=gen) * 3).view(-1)
     a = grpo.group_advantages(rewards, G, 1e-4, scale=scale).detach().double().cpu()
     expected = oracle.group_advantages(rewards, G, 1e-4, scale)
-    assert a.shape == expected.shape and torch.allclose(a, expected, atol=1e-4, rtol=1e-4), (
+    assert a.shape == expected.shape and close(a, expected, atol=1e-4, rtol=1e-4), (
         f"advantages: with scale_rewards {scale!r}, group_size {G}, rewards {rounded(rewards, 3)} give "
         f"{rounded(a, 3)}; expected {rounded(expected, 3)}")

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
+from checks.compare import close
 from checks.stubs import DRAWS, memo, random_batch, randint, rng, tiny_lm
 
 pytestmark = pytest.mark.component("log-probs")
@@ -25,7 +26,7 @@ def compare(grpo, gen, temperature, min_prompt, max_prompt):
 def test_logprobs_score_the_next_token(grpo, seed, draw):
     got, expected = compare(grpo, rng(seed, draw, 31), 1.0, 3, 3)
     err = (got - expected).abs().max().item()
-    assert err < 1e-4, (
+    assert close(got, expected, atol=1e-4), (
         f"log-probs: at temperature 1, unpadded prompts, the log-probs are up to {err:.3f} away from "
         f"log pi(token | the tokens before it), scored one prefix at a time; "
         f"mean {got.mean():.3f} vs expected {expected.mean():.3f}")
@@ -36,7 +37,7 @@ def test_logprobs_use_the_sampling_temperature(grpo, seed, draw):
     temperature = [0.5, 0.7, 2.0][draw]
     got, expected = compare(grpo, rng(seed, draw, 32), temperature, 3, 3)
     err = (got - expected).abs().max().item()
-    assert err < 1e-4, (
+    assert close(got, expected, atol=1e-4), (
         f"log-probs: at temperature {temperature} the log-probs are up to {err:.3f} away from "
         f"log_softmax(logits / temperature) at the sampled tokens; mean {got.mean():.3f} vs {expected.mean():.3f}")
 
@@ -45,6 +46,6 @@ def test_logprobs_use_the_sampling_temperature(grpo, seed, draw):
 def test_left_padding_does_not_change_logprobs(grpo, seed, draw):
     got, expected = compare(grpo, rng(seed, draw, 33), 1.0, 1, 5)
     err = (got - expected).abs().max().item()
-    assert err < 1e-4, (
+    assert close(got, expected, atol=1e-4), (
         f"log-probs: with left-padded prompts of different lengths the log-probs are up to {err:.3f} away from "
         f"the same rows scored without padding; expected the same values")

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
+from checks.compare import at_least, close, worst
 from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, memo, randint, rng, rounded
 
 pytestmark = pytest.mark.component("loss")
@@ -28,7 +29,7 @@ def test_loss_matches_the_objective(grpo, seed, draw):
     inputs = draw_loss_inputs(gen, N, T)
     loss, _ = loss_and_grad(grpo, *inputs, cfg)
     expected, _ = oracle_loss_and_grad(*inputs, cfg)
-    assert torch.isclose(loss, expected, atol=1e-5, rtol=1e-4), (
+    assert close(loss, expected, atol=1e-5, rtol=1e-4), (
         f"loss: {loss:.5f} where the GRPO objective (mean over rows of each row's masked token mean of "
         f"-min(r*A, clip(r)*A) + beta*kl) is {expected:.5f} (clip_eps {cfg.clip_eps}, beta {cfg.beta})")
 
@@ -42,11 +43,11 @@ def test_loss_gradient_matches_the_objective(grpo, seed, draw):
     inputs = draw_loss_inputs(gen, N, T)
     _, grad = loss_and_grad(grpo, *inputs, cfg)
     _, expected = oracle_loss_and_grad(*inputs, cfg)
-    if not torch.allclose(grad, expected, atol=1e-6, rtol=1e-4):
-        n, t = divmod(int((grad - expected).abs().argmax()), T)
+    if not close(grad, expected, atol=1e-6, rtol=1e-4):
+        n, t = divmod(worst(grad, expected), T)
         pytest.fail(f"loss: d loss / d logp at row {n}, token {t} is {grad[n, t]:.5f}, expected {expected[n, t]:.5f} "
                     f"(ratio {torch.exp(inputs[0] - inputs[1])[n, t]:.3f}, advantage {inputs[3][n]:+.3f}, "
-                    f"mask {int(inputs[4][n, t])}); the update would push this token the wrong way or too hard")
+                    f"mask {int(inputs[4][n, t])})")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -62,10 +63,10 @@ def test_padding_does_not_enter_the_loss(grpo, seed, draw):
     pad = lambda x: torch.cat([x, -torch.rand(N, 3, generator=gen, dtype=torch.float64) * 9], 1)
     wide = [pad(junk(x)) for x in (logp, old, ref)]
     loss, grad = loss_and_grad(grpo, *wide, adv, torch.cat([mask, torch.zeros(N, 3, dtype=torch.float64)], 1), cfg)
-    assert torch.isclose(loss, base, atol=1e-6, rtol=1e-5), (
+    assert close(loss, base, atol=1e-6, rtol=1e-5), (
         f"loss: changing the log-probs where the completion mask is 0, and adding 3 such columns, moves the loss "
         f"from {base:.5f} to {loss:.5f}; expected it unchanged")
-    assert torch.allclose(grad[:, :T], base_grad, atol=1e-7, rtol=1e-5) and grad[:, T:].abs().max() < 1e-12, (
+    assert close(grad[:, :T], base_grad, atol=1e-7, rtol=1e-5) and close(grad[:, T:], 0.0, atol=1e-12), (
         "loss: changing only positions where the completion mask is 0 changes the gradient, or gives them one; "
         "expected the same gradient, and 0 where the mask is 0")
 
@@ -81,12 +82,12 @@ def test_every_row_weighs_the_same(grpo, seed, draw):
     mask[1, 1:] = 0  # row 0 has T tokens, row 1 has one
     loss, grad = loss_and_grad(grpo, old, old, old, adv, mask, cfg)
     # at ratio 1 each row contributes -A * mean over its tokens: the rows cancel exactly
-    assert abs(loss) < 1e-6, (
+    assert close(loss, 0.0, atol=1e-6), (
         f"loss: at ratio 1 and beta 0, a row of {T} tokens with advantage +1 and a row of 1 token with advantage -1 "
         f"give loss {loss:.4f}; expected 0.0000")
     expected = torch.tensor([-0.5 / T, -0.5 * -1.0], dtype=torch.float64)
     got = torch.stack([grad[0, 0], grad[1, 0]])
-    assert torch.allclose(got, expected, atol=1e-6), (
+    assert close(got, expected, atol=1e-6), (
         f"loss: d loss / d logp of one token in a row of length {T} (advantage +1) and in a row of length 1 "
         f"(advantage -1) is {rounded(got, 4)}; expected {rounded(expected, 4)}")
 
@@ -100,7 +101,7 @@ def test_each_row_uses_its_own_advantage(grpo, seed, draw):
     adv = torch.randn(N, generator=gen, dtype=torch.float64)
     _, grad = loss_and_grad(grpo, old, old, old, adv, torch.ones(N, N, dtype=torch.float64), cfg)
     expected = -adv[:, None].expand(N, N) / (N * N)
-    assert torch.allclose(grad, expected, atol=1e-8), (
+    assert close(grad, expected, atol=1e-8), (
         f"loss: with N == T == {N}, d loss / d logp along row 0 (advantage {adv[0]:+.3f}) is "
         f"{rounded(grad[0], 4)}; expected {(-adv[0] / (N * N)).item():.4f} at every token")
 
@@ -118,7 +119,7 @@ def test_clipping_stops_the_push_outside_the_trust_region(grpo, seed, draw):
     expected = torch.tensor([0.0, 1 + 2 * eps, -(1 - 2 * eps), 0.0], dtype=torch.float64) / 4
     labels = ["r > 1+eps, A > 0", "r > 1+eps, A < 0", "r < 1-eps, A > 0", "r < 1-eps, A < 0"]
     for i in range(4):
-        if abs(grad[i, 0] - expected[i]) > 1e-6:
+        if not close(grad[i, 0], expected[i], atol=1e-6):
             pytest.fail(f"loss: with {labels[i]} (clip_eps {eps}) d loss / d logp is {grad[i, 0]:+.4f}; expected "
                         f"{expected[i]:+.4f}")
 
@@ -133,11 +134,11 @@ def test_gradient_descent_raises_good_completions(grpo, seed, draw):
     adv = torch.randn(N, generator=gen, dtype=torch.float64)
     _, grad = loss_and_grad(grpo, old, old, old, adv, torch.ones(N, T, dtype=torch.float64), cfg)
     step = -grad.sum(1)  # how a descent step moves each row's total log-prob
-    wrong = (step * adv < 0).nonzero()
-    assert len(wrong) == 0, (
-        f"loss: at ratio 1, a gradient descent step on the loss lowers the log-probs of row {int(wrong[0])}, whose "
-        f"advantage is {adv[int(wrong[0])]:+.3f}; expected them to rise (and to fall where the advantage is "
-        f"negative)")
+    wrong = [n for n in range(N) if not at_least(step[n] * adv[n], 0.0)]
+    assert not wrong, (
+        f"loss: at ratio 1, a gradient descent step on the loss moves the log-probs of row {wrong[0]}, whose "
+        f"advantage is {adv[wrong[0]]:+.3f}, by {step[wrong[0]]:+.4f}; expected them to rise (and to fall where "
+        f"the advantage is negative)")
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -151,11 +152,11 @@ def test_loss_types_normalize_as_configured(grpo, seed, draw):
     kwargs = {"num_tokens": float(inputs[4].sum() + 5)} if loss_type == "dapo" else {}
     loss, grad = loss_and_grad(grpo, *inputs, cfg, **kwargs)
     expected, expected_grad = oracle_loss_and_grad(*inputs, cfg, **kwargs)
-    assert torch.isclose(loss, expected, atol=1e-6, rtol=1e-4), (
+    assert close(loss, expected, atol=1e-6, rtol=1e-4), (
         f"loss: with loss_type {loss_type!r}" + (f" and num_tokens {kwargs['num_tokens']:.0f}" if kwargs else "")
         + f" ({int(inputs[4].sum())} completion tokens in {N} rows, max_new_tokens {cfg.max_new_tokens}) the loss "
         f"is {loss:.5f}; expected {expected:.5f} (ratio {loss / expected:.3f})")
-    assert torch.allclose(grad, expected_grad, atol=1e-7, rtol=1e-4), (
+    assert close(grad, expected_grad, atol=1e-7, rtol=1e-4), (
         f"loss: with loss_type {loss_type!r} the gradient differs from the expected one by up to "
         f"{(grad - expected_grad).abs().max():.3g}")
 
@@ -173,7 +174,7 @@ def test_clip_higher_bounds_only_the_upper_side(grpo, seed, draw):
     _, grad = loss_and_grad(grpo, logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
     _, expected = oracle_loss_and_grad(logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
     for i in range(4):
-        if abs(grad[i, 0] - expected[i, 0]) > 1e-6:
+        if not close(grad[i, 0], expected[i, 0], atol=1e-6):
             pytest.fail(f"loss: with clip_eps {eps} and clip_eps_high {eps_high}, a token at ratio {ratios[i]:.3f} "
                         f"with advantage {advs[i]:+.0f} gets gradient {grad[i, 0]:+.4f}; expected "
                         f"{expected[i, 0]:+.4f}")
@@ -191,11 +192,11 @@ def test_importance_weight_is_capped_and_detached(grpo, seed, draw):
     loss, grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
     expected, expected_grad = oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
     weights = torch.exp(old - sampler).clamp(max=cap)
-    assert torch.isclose(loss, expected, atol=1e-6, rtol=1e-4), (
+    assert close(loss, expected, atol=1e-6, rtol=1e-4), (
         f"loss: with is_cap {cap} and sampler log-probs that put the weights pi_old / pi_sampler between "
         f"{float(torch.exp(old - sampler)[mask.bool()].min()):.2f} and "
         f"{float(torch.exp(old - sampler)[mask.bool()].max()):.2f}, the loss is {loss:.5f}; expected {expected:.5f}")
-    assert torch.allclose(grad, expected_grad, atol=1e-7, rtol=1e-4), (
+    assert close(grad, expected_grad, atol=1e-7, rtol=1e-4), (
         f"loss: with is_cap {cap} the gradient differs from the expected one by up to "
         f"{(grad - expected_grad).abs().max():.3g} (the per-token weights are {rounded(weights[0], 3)} in row 0)")
 
@@ -218,5 +219,5 @@ def test_nonfinite_values_under_the_mask_never_reach_the_loss(grpo, seed, draw):
         f"loss: with inf, -inf and NaN at the padded positions (completion mask 0) the loss is {loss:.4g} and "
         f"{int((~torch.isfinite(grad)).sum())} gradient entries are not finite (loss_type {cfg.loss_type!r}); "
         f"with ordinary values there the loss is {clean:.5f}")
-    assert torch.isclose(loss, clean, atol=1e-6, rtol=1e-5) and torch.allclose(grad, clean_grad, atol=1e-7), (
+    assert close(loss, clean, atol=1e-6, rtol=1e-5) and close(grad, clean_grad, atol=1e-7), (
         f"loss: inf, -inf and NaN at the padded positions change the loss from {clean:.5f} to {loss:.5f}")

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
+from checks.compare import close
 from checks.stubs import DRAWS, constant_lm, eos_after_lm, left_padded_prompts, randint, rng, rounded, seed_cpu
 
 pytestmark = pytest.mark.component("sampling")
@@ -54,7 +55,7 @@ def test_tokens_follow_softmax_at_temperature(grpo, seed, draw):
     freq = torch.bincount(first, minlength=V).double() / first.numel()
     expected = torch.softmax(logits.double() / temperature, -1)
     tv = 0.5 * (freq - expected).abs().sum().item()
-    assert tv < 0.06, (
+    assert close(tv, 0.0, atol=0.06), (
         f"sampling: at temperature {temperature} the sampled tokens are {tv:.2f} (total variation) away from "
         f"softmax(logits / temperature); observed {rounded(freq, 2)}, "
         f"expected {rounded(expected, 2)}")
@@ -82,7 +83,7 @@ def test_rows_end_at_their_first_eos(grpo, seed, draw):
             ended = ended or tok == EOS
     expected = oracle.completion_mask(comp, EOS)
     got = r.completion_mask.cpu().float()
-    assert torch.equal(got, expected), (
+    assert close(got, expected), (
         f"sampling: the rollout's completion_mask differs from the expected one in {int((got != expected).sum())} "
         f"places (row 0: {got[0].int().tolist()} for tokens {comp[0].tolist()}, expected "
         f"{expected[0].int().tolist()})")
@@ -125,7 +126,7 @@ def test_completion_mask_keeps_the_first_eos(grpo, seed, draw):
                 ids[n, -1] = EOS  # a second EOS after the first
     got = grpo.completion_mask(ids, EOS).float()
     expected = oracle.completion_mask(ids, EOS)
-    if not torch.equal(got, expected):
+    if not close(got, expected):
         n = int((got != expected).any(1).nonzero()[0])
         pytest.fail(f"sampling: completion_mask of row {n} is {got[n].int().tolist()} for tokens "
                     f"{ids[n].tolist()} (EOS = {EOS}); expected {expected[n].int().tolist()}")
@@ -149,7 +150,7 @@ def test_sampler_logp_is_the_sampling_distribution(grpo, seed, draw):
     expected = torch.log_softmax(logits.double() / temperature, -1)[comp]          # (N, T)
     keep = r.completion_mask.cpu().bool()
     err = (sampler_logp.detach().cpu().double() - expected)[keep].abs().max().item()
-    assert err < 1e-4, (
+    assert close(sampler_logp.detach().cpu().double()[keep], expected[keep], atol=1e-4), (
         f"sampling: at temperature {temperature} the recorded sampler_logp is up to {err:.3f} away from the "
         f"log-prob of the sampled tokens under the sampling distribution (row 0: {rounded(sampler_logp[0], 3)}, "
         f"expected {rounded(expected[0], 3)})")

@@ -1,74 +1,121 @@
 """Grade one submitted file against a kata: results.json (exercism v3 plus a SWE-bench section), junit.xml and
 summary.md, written to OUT.
 
-    python -m grpo_katas.grade N SUBMISSION OUT [--time-limit 600] [--memory-gb 8] [--sandbox auto]
+    python -m grpo_katas.grade N SUBMISSION OUT [--time-limit 600] [--memory-gb 8] [--sandbox process] [--seed S]
     make grade N=7 SUBMISSION=path/to/grpo.py OUT=dir
 
-This process is the judge: it runs the checks, the oracle and the report writer, and never imports the
-submission. A copy of the submission is imported by a worker process inside a bubblewrap sandbox (its own
-filesystem view with no repository, no checks and no output folder; no network; its own PID namespace; memory
-and CPU limits), and every contract call a check makes runs there. Only data comes back; every comparison and
-verdict is made here, and OUT is written here only. Where bubblewrap cannot run, the worker is a plain process
-and results.json says so (`sandbox`); `--sandbox bubblewrap` refuses to grade without it.
+Three processes, and the submission runs in the last alone. This one draws the seed, watches the clock and
+writes OUT. The judge (`python -m grpo_katas.matrix`, its child) runs the checks and the oracle and never imports
+the submission. A copy of the submission is imported by a worker process inside a bubblewrap sandbox (its own
+filesystem view with no repository, no checks and no output folder; no capability; no network; its own PID
+namespace; memory, CPU and file-size limits), and every contract call a check makes runs there. Only data comes
+back; every comparison and verdict is made in the judge, and OUT is written here only.
+
+A plain-process worker is no sandbox (it can read and write what you can, and signal the grader), so grading
+refuses to run without bubblewrap unless `--sandbox process` asks for exactly that; results.json records the mode.
 
 A check passes only on evidence: each of its draws ran and passed. A contract call that raises, hangs (over its
 CPU budget, or idle too long) or crashes the worker fails its checks with a message; later calls of a function
-that hung fail at once. The time limit bounds the whole grading. The exit status is 0 only when the kata is
-resolved in full; 2 for a usage error (an unknown kata, an OUT that cannot be written).
+that hung fail at once. The time limit bounds the whole grading, the judge's own work included: the judge is
+killed GRACE_S seconds after it, and the grading is then an error. Each grading draws a fresh seed for the
+checks' inputs (recorded in results.json; `--seed` replays one). Whatever the submission's messages hold,
+results.json, junit.xml and summary.md are written and valid: every text in them is cut to a length and cleaned
+of what UTF-8 or XML cannot carry. The exit status is 0 only when the kata is resolved in full; 2 for a usage
+error (an unknown kata, an OUT that cannot be written, no sandbox).
 """
 import argparse
 import json
+import os
+import re
+import secrets
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from grpo_katas import matrix
+from grpo_katas import ROOT, matrix
 from grpo_katas.catalogue import CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
+from grpo_katas.judge import sandbox as sandboxes
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
+GRACE_S = 6                      # the judge may run this long past the time limit before it is killed
+REPORT_BYTES = 8 * 2**20         # the judge's verdicts file is refused beyond this
+EVENTS = 20                      # worker events kept in results.json
+# what neither UTF-8 nor XML 1.0 can carry: lone surrogates, C0 controls but tab, newline and return, U+FFFE/F
+UNWRITABLE = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
 
 class UsageError(Exception):
     """A mistake in how the grader was called (not the submission's fault): one line, exit status 2."""
 
 
-def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str) -> tuple:
-    """(matrix.Run, seconds) for a private copy of the submission; messages name the submission, not the copy."""
-    start = time.perf_counter()
+def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, seed: int) -> tuple:
+    """(matrix.Run, why it gives no verdict or None, seconds) for a private copy of the submission, judged in a
+    child process that is killed GRACE_S seconds after the time limit whatever it is doing; messages name the
+    submission, not the copy."""
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="grpo-grade-") as tmp:
-        copy = Path(tmp) / "grpo.py"
+        copy, verdicts, log = Path(tmp) / "grpo.py", Path(tmp) / "verdicts.json", Path(tmp) / "judge.log"
         shutil.copyfile(submission, copy)
-        run = matrix.run([copy], [0], sandbox=sandbox, memory_gb=memory_gb, time_limit=time_limit)
+        cmd = [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts),
+               f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--deadline={start + time_limit}", str(copy)]
+        with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
+                                    env={**os.environ, "TMPDIR": tmp}, start_new_session=True)
+        try:
+            proc.wait(timeout=max(0.0, start + time_limit + GRACE_S - time.monotonic()))
+            run, problem = read_verdicts(verdicts, proc.returncode, log)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the worker goes with it (it dies with its parent)
+            proc.wait()
+            run, problem = no_run(), f"the grading did not finish within its time limit ({time_limit:g} s)"
     name = lambda text: text.replace(str(copy), str(submission))
     run.load_errors = {k: name(m) for k, m in run.load_errors.items()}
     run.events = [name(e) for e in run.events]
     for by_check in run.verdicts[0].values():
         for v in by_check.values():
             v.message = name(v.message)
-    return run, time.perf_counter() - start
+    return run, problem or why_no_verdict(run, seed), time.monotonic() - start
 
 
-def why_no_verdict(run: matrix.Run) -> str | None:
+def read_verdicts(path: Path, status: int, log: Path) -> tuple:
+    """(the judge's run, None), or (an empty run, why the judge gave none)."""
+    try:
+        if path.stat().st_size > REPORT_BYTES:
+            raise ValueError(f"a verdicts file of {path.stat().st_size} bytes")
+        return matrix.from_report(json.loads(path.read_text())), None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        tail = log.read_bytes()[-500:].decode("utf-8", "replace").strip() if log.exists() else ""
+        return no_run(), f"the judge failed (exit status {status}; {exc}): {tail}"
+
+
+def no_run() -> matrix.Run:
+    return matrix.Run(3, [{}], {}, "unknown", [])
+
+
+def why_no_verdict(run: matrix.Run, seed: int) -> str | None:
     """Why the run gives no verdict on the checks (status error), or None."""
     if 0 in run.load_errors:
         return f"the submission cannot be imported: {run.load_errors[0]}"
     if run.exit_code not in (0, 1):
         return f"the checks did not run (pytest exit status {run.exit_code})"
-    if not run.of(0, 0):
+    if not run.of(0, seed):
         return "no check ran"
     return None
 
 
-def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Path, seconds: float) -> dict:
+def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Path, seconds: float,
+                  seed: int) -> dict:
     f2p = fail_to_pass(kata, bugs)
     task_of = {}
     for b in kata.bugs:
         for c in bugs[b].checks:
             task_of.setdefault(c, b)
-    verdicts = {} if error else run.of(0, 0)
+    verdicts = {} if error else run.of(0, seed)
     tests = []
     for check in sorted(verdicts):
         v = verdicts[check]
@@ -98,10 +145,25 @@ def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Pa
                    f"{len(f2p)} target checks still fail")
         if swe["PASS_TO_PASS"]["failure"]:
             message += f", and {len(swe['PASS_TO_PASS']['failure'])} check(s) that passed before now fail"
-    return {"version": 3, "status": status, "message": message, "tests": tests,
-            "kata": {"number": kata.number, "name": kata.name, "bugs": list(kata.bugs)},
-            "submission": str(submission), "resolved": RESOLVED[resolved], "tests_status": swe,
-            "sandbox": run.sandbox, "events": run.events, "duration_s": round(seconds, 2)}
+    return writable({"version": 3, "status": status, "message": message, "tests": tests,
+                     "kata": {"number": kata.number, "name": kata.name, "bugs": list(kata.bugs)},
+                     "submission": str(submission), "resolved": RESOLVED[resolved], "tests_status": swe,
+                     "sandbox": run.sandbox, "events": run.events[:EVENTS], "seed": seed,
+                     "duration_s": round(seconds, 2)})
+
+
+def writable(value, limit: int = matrix.MESSAGE_CHARS):
+    """value with every string cut to `limit` characters and cleaned of what UTF-8 or XML 1.0 cannot carry
+    (replaced by U+FFFD), so that results.json, junit.xml and summary.md always encode and parse."""
+    if isinstance(value, str):
+        if len(value) > limit:
+            value = f"{value[:limit]}... ({len(value)} characters)"
+        return UNWRITABLE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [writable(v, limit) for v in value]
+    if isinstance(value, dict):
+        return {k: writable(v, limit) for k, v in value.items()}
+    return value
 
 
 def names(checks) -> list:
@@ -125,8 +187,9 @@ def write_junit(results: dict, path: Path) -> None:
 
 
 def cell(text: str) -> str:
-    """Text for a Markdown table cell: pipes escaped, not rewritten."""
-    return (text or "").replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """Text for a Markdown table cell: pipes escaped, HTML shown as text (a message cannot draw on the page)."""
+    text = (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 def summary_markdown(results: dict) -> str:
@@ -138,7 +201,8 @@ def summary_markdown(results: dict) -> str:
              f"{len(swe['FAIL_TO_PASS']['success']) + len(swe['FAIL_TO_PASS']['failure'])} pass",
              f"- other checks (PASS_TO_PASS): {len(swe['PASS_TO_PASS']['success'])} of "
              f"{len(swe['PASS_TO_PASS']['success']) + len(swe['PASS_TO_PASS']['failure'])} pass",
-             f"- graded in {results['duration_s']} s; sandbox: {results['sandbox']}", ""]
+             f"- graded in {results['duration_s']} s at seed {results['seed']} (`--seed {results['seed']}` replays "
+             f"it); sandbox: {results['sandbox']}", ""]
     failing = [t for t in results["tests"] if t["status"] == "fail"]
     if failing:
         lines += ["| check | symptom |", "|---|---|"]
@@ -161,26 +225,38 @@ def prepare_out(out) -> Path:
     return out
 
 
-def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="auto") -> int:
+def check_sandbox(mode: str) -> None:
+    """Grading runs someone else's code: without bubblewrap it is refused, unless a plain process is asked for."""
+    if mode == "process":
+        return
+    try:
+        sandboxes.resolve("bubblewrap")
+    except RuntimeError as exc:
+        raise UsageError(f"{exc}. A submission graded in a plain process can read and write what you can, use the "
+                         f"network and stop the grader: install bubblewrap (make bubblewrap), or pass "
+                         f"--sandbox process to grade it that way anyway") from None
+
+
+def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bubblewrap", seed=None) -> int:
     try:
         kata = find_kata(number)
     except CatalogueError as exc:
         raise UsageError(str(exc)) from None
     out, submission, bugs = prepare_out(out), Path(submission), load_bugs()
+    seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh seed: no check's inputs known in advance
     if not submission.is_file():
         run = matrix.Run(1, [{}], {}, "none", [])
-        results = build_results(kata, bugs, run, f"{submission}: no such file", submission, 0.0)
+        results = build_results(kata, bugs, run, f"{submission}: no such file", submission, 0.0, seed)
     else:
-        try:
-            run, seconds = judge(submission, time_limit, memory_gb, sandbox)
-        except RuntimeError as exc:  # --sandbox bubblewrap where it cannot run
-            raise UsageError(str(exc)) from None
-        results = build_results(kata, bugs, run, why_no_verdict(run), submission, seconds)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+        check_sandbox(sandbox)
+        run, problem, seconds = judge(submission, time_limit, memory_gb, sandbox, seed)
+        results = build_results(kata, bugs, run, problem, submission, seconds, seed)
+    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     write_junit(results, out / "junit.xml")
-    (out / "summary.md").write_text(summary_markdown(results))
+    (out / "summary.md").write_text(summary_markdown(results), encoding="utf-8")
     print(f"kata {kata.number}: {results['resolved']} ({results['status']})"
-          + (f": {results['message']}" if results["message"] else "") + f"; results in {out}/results.json")
+          + (f": {results['message']}" if results["message"] else "") + f"; seed {seed}; results in "
+          f"{out}/results.json")
     return 0 if results["resolved"] == RESOLVED["full"] else 1
 
 
@@ -192,12 +268,15 @@ def main(argv=None) -> int:
     p.add_argument("--time-limit", type=float, default=600.0,
                    help="wall-clock seconds for the whole grading; calls after it fail (default 600)")
     p.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit of the worker (default 8)")
-    p.add_argument("--sandbox", choices=["auto", "bubblewrap", "process"], default="auto",
-                   help="auto: bubblewrap where it can run, else a plain process (said in results.json); "
-                        "bubblewrap: refuse to grade without it")
+    p.add_argument("--sandbox", choices=["bubblewrap", "process"], default="bubblewrap",
+                   help="bubblewrap (the default): refuse to grade where it cannot run; process: grade in a plain "
+                        "process, which can read and write your files and stop the grader (trusted code only)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the checks' seed: replay a grading (results.json records it; default: a fresh one)")
     a = p.parse_args(argv)
+    sys.stdout.reconfigure(errors="backslashreplace")  # a message in a terminal that cannot show it
     try:
-        return grade(a.n, a.submission, a.out, a.time_limit, a.memory_gb, a.sandbox)
+        return grade(a.n, a.submission, a.out, a.time_limit, a.memory_gb, a.sandbox, a.seed)
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -7,7 +7,8 @@ grpo_katas/judge). A check passes only on evidence: every one of its test items 
 seed must have run its call phase and passed. Skipped, errored or missing items are failures, each with a
 message; so is an item whose setup or teardown failed. Each failure also records how it came about: the check's
 own assertion ("assertion"), a contract call that raised, hung or crashed ("call"), or an exception in the
-checks' own code ("error", which `make verify` refuses).
+checks' own code ("error", which `make verify` refuses). A message is kept to MESSAGE_CHARS characters, whatever
+a target made a check quote.
 """
 import argparse
 import contextlib
@@ -22,6 +23,8 @@ import pytest
 
 from grpo_katas import CHECKS, ROOT
 from grpo_katas.catalogue import CheckId
+
+MESSAGE_CHARS = 2000
 
 
 @dataclass
@@ -107,11 +110,12 @@ def failure_message(report) -> str:
     text = crash.message if crash is not None else str(longrepr)
     for prefix in ("AssertionError: ", "Failed: ", "grpo_katas.judge.client.CallFailed: "):
         text = text.removeprefix(prefix)
-    return text.split("\nassert ")[0].strip()
+    text = text.split("\nassert ")[0].strip()
+    return text if len(text) <= MESSAGE_CHARS else f"{text[:MESSAGE_CHARS]}... ({len(text)} characters)"
 
 
 def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, time_limit: float | None = None,
-        checks: Path = CHECKS, echo: bool = False) -> Run:
+        deadline: float | None = None, checks: Path = CHECKS, echo: bool = False) -> Run:
     """Run the checks in this process against the targets; the targets run in one worker process."""
     collector = Collector(targets)
     # logging and warnings capture cost more than the checks on a busy run, and the checks use neither
@@ -121,6 +125,8 @@ def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, t
             *[f"--seed={s}" for s in seeds], *[f"--target={t}" for t in targets]]
     if time_limit is not None:
         args.append(f"--time-limit={time_limit}")
+    if deadline is not None:
+        args.append(f"--deadline={deadline}")
     sink = contextlib.nullcontext() if echo else contextlib.redirect_stdout(io.StringIO())
     with sink:
         code = int(pytest.main(args, plugins=[collector]))
@@ -130,19 +136,36 @@ def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, t
     return Run(code, collector.verdicts(len(targets)), load_errors, sandbox_desc, list(w.events) if w else [])
 
 
+def report(r: Run, targets) -> dict:
+    """A run as JSON-ready data (what `--out` holds)."""
+    return {"exit_code": r.exit_code, "targets": [str(t) for t in targets], "load_errors": r.load_errors,
+            "sandbox": r.sandbox, "events": r.events,
+            "verdicts": [{str(seed): {str(c): asdict(v) for c, v in by_check.items()}
+                          for seed, by_check in t.items()} for t in r.verdicts]}
+
+
+def from_report(data: dict) -> Run:
+    """The run a `report` describes."""
+    verdicts = [{int(seed): {CheckId.parse(c): Verdict(**v) for c, v in by_check.items()}
+                 for seed, by_check in t.items()} for t in data["verdicts"]]
+    return Run(int(data["exit_code"]), verdicts, {int(k): str(m) for k, m in data["load_errors"].items()},
+               str(data["sandbox"]), [str(e) for e in data["events"]])
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, action="append", default=None, help="repeatable (default 0)")
     parser.add_argument("--out", required=True, help="where to write the verdicts as JSON")
     parser.add_argument("--sandbox", default="auto", choices=["auto", "bubblewrap", "process"])
+    parser.add_argument("--memory-gb", type=float, default=8.0, help="address-space limit of the worker")
+    parser.add_argument("--time-limit", type=float, default=None, help="wall-clock seconds for every contract call")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="the same as an instant, time.monotonic() on this machine (what grade passes its judge)")
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args(argv)
-    r = run(args.targets, args.seed or [0], sandbox=args.sandbox)
-    report = {"exit_code": r.exit_code, "targets": args.targets, "load_errors": r.load_errors,
-              "sandbox": r.sandbox, "events": r.events,
-              "verdicts": [{str(seed): {str(c): asdict(v) for c, v in by_check.items()}
-                            for seed, by_check in t.items()} for t in r.verdicts]}
-    Path(args.out).write_text(json.dumps(report))
+    r = run(args.targets, args.seed or [0], sandbox=args.sandbox, memory_gb=args.memory_gb,
+            time_limit=args.time_limit, deadline=args.deadline)
+    Path(args.out).write_text(json.dumps(report(r, args.targets)))
     return r.exit_code
 
 

@@ -27,7 +27,9 @@ and overall:
   - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer),
     or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
     computation from another expression (grpo_katas/structure.py);
-  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase.
+  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase;
+  - the first codebase with any one contract function returning NaN (every float it returns) fails at least one
+    check of that function's component: no comparison lets a NaN through.
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
 import argparse
@@ -55,6 +57,61 @@ ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|correcte
 
 # where a kata comes from: no file at work names the repository it was modelled on, or the path of its answer
 PROVENANCE = re.compile(r"^#\s*style:.*$|solutions/\S*|\b(karpathy|volcengine|huggingface)/\w+", re.I | re.M)
+
+
+# each contract function, and the component whose checks judge it
+CONTRACT = {"generate": "sampling", "completion_mask": "sampling", "group_advantages": "advantages",
+            "token_logprobs": "log-probs", "kl_penalty": "kl", "grpo_loss": "loss", "grpo_step": "update",
+            "train": "training"}
+# appended to a codebase, with FN replaced: FN returns NaN wherever it returned a float (its gradient too)
+NAN_VARIANT = """
+
+import torch as _torch
+
+
+def _nan(value):
+    if isinstance(value, _torch.Tensor):
+        return value * float("nan") if value.is_floating_point() else value
+    if isinstance(value, float):
+        return float("nan")
+    if isinstance(value, dict):
+        return {k: _nan(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nan(v) for v in value]
+    for k, v in list(getattr(value, "__dict__", {}).items()):
+        object.__setattr__(value, k, _nan(v))
+    return value
+
+
+def _returns_nan(fn):
+    return lambda *args, **kwargs: _nan(fn(*args, **kwargs))
+
+
+FN = _returns_nan(FN)
+"""
+
+
+def nan_variants(codebase: str, tmp: Path) -> dict:
+    """"nan:FN" -> a file: the codebase with the contract function FN returning NaN in every float it returns."""
+    out = {}
+    for fn in CONTRACT:
+        path = tmp / f"nan_{fn}__{codebase}.py"
+        path.write_text(codebase_source(codebase) + NAN_VARIANT.replace("FN", fn))
+        out[f"nan:{fn}"] = path
+    return out
+
+
+def nan_problems(first: dict) -> list:
+    """Each NaN variant must fail a check of its function's component; prints what each fails."""
+    problems = []
+    print("\nNaN-returning variants (each contract function returns NaN in every float):")
+    for fn, component in CONTRACT.items():
+        failed = failing(first.get(f"nan:{fn}", {}))
+        own = [c for c in failed if c.component == component]
+        print(f"  {fn:18s} fails {len(failed):2d} checks, {len(own)} of them {component} checks")
+        if not own:
+            problems.append(f"{fn} returning NaN passes every {component} check: a comparison lets NaN through")
+    return problems
 
 
 def run_matrix(targets: dict, seeds, processes: int) -> tuple:
@@ -246,6 +303,7 @@ def main(argv=None) -> int:
         catalogue_rules(bugs, katas, problems)
     with tempfile.TemporaryDirectory() as tmp:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases)
+        targets.update(nan_variants(codebases[0], Path(tmp)))
         runs, trouble = run_matrix(targets, seeds, args.processes)
         problems += trouble
         if katas:
@@ -260,6 +318,7 @@ def main(argv=None) -> int:
     checks = judge_verdicts(bugs, katas, first, problems, codebases) if all(t in first for t in targets) else []
     if checks:
         print_matrix(bugs, checks, first, codebases)
+        problems += nan_problems(first)
     planted = sum(len(b.edits) for b in bugs.values())
     print(f"\n{len(bugs)} bugs ({planted} plantings in {len(CODEBASES)} codebases), {len(katas)} katas, "
           f"{len(checks)} checks, seeds {seeds}: {len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")

@@ -1,5 +1,6 @@
 """Every hostile case of tests/test_grade.py graded as the suite grades it (a private copy of the repository, three
-at a time), printed as a table: case, verdict, status, seconds and what the results say. A report, not a test.
+at a time, each with its own options), printed as a table: case, verdict, status, seconds against the time limit,
+and what the results say. A report, not a test.
 
     .venv/bin/python -m tests.hostile_report
 """
@@ -8,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.test_grade import grade_all, hostile, private_copy
+from tests.test_grade import grade_all, hostile, private_copy, time_limit
 
 
 def main() -> None:
@@ -18,12 +19,13 @@ def main() -> None:
     cases = hostile(repo, base / "escapes-and-rewrites-out")
     start = time.monotonic()
     graded = grade_all(repo, cases, base)
-    print("| case | verdict | status | seconds | what the results say |\n|---|---|---|---|---|")
+    print("| case | verdict | status | seconds / limit | what the results say |\n|---|---|---|---|---|")
     for name, (_, res, seconds) in graded.items():
         said = res.get("message") or next((t["message"] for t in res["tests"] if t.get("message")), "") \
             or "; ".join(res.get("events", []))
         said = " ".join(str(said).split())[:110].replace("|", "\\|")
-        print(f"| {name} | {res['resolved']} | {res['status']} | {seconds:.1f} | {said} |")
+        print(f"| {name} | {res['resolved']} | {res['status']} | {seconds:.1f} / {time_limit(cases[name].args):g} "
+              f"| {said} |")
     print(f"\n{len(graded)} cases graded in {time.monotonic() - start:.0f} s, three at a time")
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,50 +1,72 @@
 """The grader: the reference, a kata, a partial fix, and a suite of broken and hostile submissions, each graded by
-the real grader on a private copy of the repository. No broken or hostile submission may pass, results.json and
-junit.xml are always written, and each grading ends within its time limit plus 10 s. The hostile suite is graded
-three at a time, which also shows that verdicts do not depend on how busy the machine is.
-Run: pytest tests/test_grade.py"""
+the real grader on a private copy of the repository. No broken or hostile submission may pass, results.json,
+junit.xml and summary.md are always written and valid, and each grading ends within its time limit plus 10 s.
+The hostile suite is graded three at a time, which also shows that verdicts do not depend on how busy the
+machine is; the cases that hang get a short --time-limit, as a user would give one. It is slow: `make test` skips
+it, CI runs it. Run: pytest tests/test_grade.py [-m "not slow"]"""
 import json
+import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 import xml.etree.ElementTree as ET
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
 from grpo_katas import REFERENCE, ROOT
-from grpo_katas.catalogue import find_kata, load_bugs, plant
+from grpo_katas.catalogue import codebase_source, find_kata, load_bugs, plant
 from grpo_katas.judge import sandbox
 
 KATA = find_kata(1)                       # one planted bug: the KL penalty enters with the wrong sign
 BUGGY = KATA.loop.read_text()
 GOOD = REFERENCE.read_text()
 TIME_LIMIT = 90
-MARK = "grpo-katas-escapee"               # in the argv of processes a submission leaves behind
+MARK = "grpo-katas-escapee"               # in the argv of processes a submission leaves behind, and in file names
+MODE = sandbox.resolve("auto")[0]         # grading refuses a plain process unless asked: where no bubblewrap, ask
+# a case that hangs gets a short limit, through the option a user has; it ends as a failure, or, where the machine
+# is too busy for the judge to finish its last checks in the seconds after the limit, as an error: never a pass
+SHORT = ("--time-limit", "30")
+
+
+class Case(NamedTuple):
+    source: str
+    status: str                           # the results' status; alternatives separated by |
+    words: str                            # expected in a test's message, the message or the events; | separates
+    kata: int = KATA.number
+    args: tuple = ()                      # the grader's options, as a user gives them
+    resolved: str = "RESOLVED_NO"
+
+
+def time_limit(args) -> float:
+    return float(args[args.index("--time-limit") + 1]) if "--time-limit" in args else TIME_LIMIT
 
 
 def hostile(repo, out) -> dict:
-    """name -> (source, expected status, words expected in the message, a test's message or the events);
-    alternatives are separated by |."""
+    """name -> Case: the ways in that the graders so far met (issues 11 and 19), and broken submissions."""
     ref, checks = repo / "solutions" / "grpo.py", repo / "checks"
     nan = GOOD + ('\ngroup_advantages = lambda rewards, group_size, eps: torch.full_like(rewards, float("nan"))\n'
                   'kl_penalty = lambda logp, ref_logp: torch.full_like(logp, float("nan"))\n')
     skip_all = ("import pytest\n\ndef _skip(*args, **kwargs):\n    pytest.skip('nothing to judge')\n\n"
                 "generate = completion_mask = group_advantages = token_logprobs = kl_penalty = grpo_loss = "
                 "grpo_step = train = _skip\n")
-    return {
+    cases = {
         # the cases the first grader already handled
         "syntax-error": ("def generate(:\n", "error", "SyntaxError"),
         "sys-exit-at-import": ("import sys\nsys.exit(0)\n" + GOOD, "error", "SystemExit"),
         "os-exit-at-import": ("import os\nos._exit(0)\n" + GOOD, "error", "ended the worker process"),
-        "hang-at-import": ("while True:\n    pass\n" + GOOD, "error", "CPU time while importing"),
+        "hang-at-import": ("while True:\n    pass\n" + GOOD, "error", "CPU time while importing|time limit",
+                           KATA.number, SHORT),
         "hang-in-a-function": (GOOD.replace("    log_ratio = ref_logp - logp ",
                                             "    while True:\n        pass\n    log_ratio = ref_logp - logp "),
-                               "fail", "kl_penalty did not return"),
+                               "fail|error", "kl_penalty did not return|time limit", KATA.number, SHORT),
         "sleeps-in-a-function": (GOOD.replace("    r = rewards.detach()", "    import time; time.sleep(10**6)\n"
-                                              "    r = rewards.detach()"), "fail", "used no CPU at all"),
+                                              "    r = rewards.detach()"), "fail|error",
+                                 "used no CPU at all|time limit", KATA.number, SHORT),
         "segfault": (GOOD.replace("    r = rewards.detach()", "    import ctypes; ctypes.string_at(0)\n"
                                   "    r = rewards.detach()"), "fail", "SIGSEGV"),
         "eats-memory-at-import": ("hog = bytearray(64 * 2**30)\n" + GOOD, "error", "MemoryError"),
@@ -117,7 +139,7 @@ def hostile(repo, out) -> dict:
             "                if os.readlink(f'/proc/self/fd/{_fd}').startswith('socket:'):\n"
             "                    os.write(int(_fd), frame)\n            except OSError:\n                pass\n"
             "        time.sleep(0.02)\nthreading.Thread(target=_forge, daemon=True).start()\n"),
-            "error|fail", "out of order|checks pass|undecodable"),  # which frame comes first is a race
+            "error|fail", "out of order|checks pass|undecodable|time limit", KATA.number, SHORT),  # a race of frames
         "escapes-and-rewrites-out": (BUGGY + (
             f"\nimport atexit, os, subprocess, time\n_out = {str(out)!r}\n"
             "def _forge_results():\n    for _name in ('results.json', 'summary.md', 'junit.xml'):\n        try:\n"
@@ -127,23 +149,125 @@ def hostile(repo, out) -> dict:
             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(4)\n    _forge_results()\n    os._exit(0)\n"),
             "fail", "checks pass"),
     }
+    return {name: Case(*case) for name, case in cases.items()} | issue_19_cases()
 
 
-def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None):
+def issue_19_cases() -> dict:
+    """The ways in of issue 19: a grader run as root, hostile output, known inputs."""
+    kata_30_half_fixed = plant(codebase_source("trainer"), [load_bugs()["clip-high-on-lower"]], "trainer")
+    return {
+        "remounts-its-binds-writable": Case(BUGGY + REMOUNT, "fail", "checks pass"),
+        "nan-gradients-hide-a-bug": Case(kata_30_half_fixed + NAN_WHEN_CALLED_DIRECTLY, "fail", "clip_eps_high",
+                                         kata=30, resolved="RESOLVED_PARTIAL"),
+        "logs-a-100-mib-string": Case(GOOD + "\n_train = train\ndef train(*args, **kwargs):\n"
+                                      "    history = _train(*args, **kwargs)\n"
+                                      "    history[0]['loss'] = 'x' * (100 * 2**20)\n    return history\n",
+                                      "fail", "a message of"),
+        "lone-surrogate-in-a-message": Case(at_advantages(BUGGY, "raise ValueError('\\udc80 <b>|</b> \\x00\\x07')"),
+                                            "fail", "ValueError"),
+        "fills-its-tmp": Case("_f = open('/tmp/fill', 'wb')\nfor _ in range(1536):\n    _f.write(b'x' * 2**20)\n"
+                              + BUGGY, "error", "No space left|File too large", args=("--memory-gb", "1")),
+        "floods-its-log": Case(at_advantages(BUGGY, "import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)"),
+                               "fail", "File too large"),
+        "names-a-judge-function": Case(BUGGY + FORGES_A_DTYPE, "fail", "unknown dtype"),
+        "stops-the-judge-in-process-mode": Case(
+            at_advantages(BUGGY, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"), "error",
+            "did not finish within its time limit", args=("--sandbox", "process", "--time-limit", "60")),
+        "stops-what-it-sees-in-the-sandbox": Case(at_advantages(BUGGY, (
+            "import os, signal\nfor _pid in (os.getppid(), -1):\n    try:\n        os.kill(_pid, signal.SIGSTOP)\n"
+            "    except OSError:\n        pass")), "fail|error", "checks pass|time limit", args=SHORT),
+        "knows-the-seed-0-draws": Case(GOOD + KNOWS_SEED_0, "fail", "the k3 estimate"),
+        "ranks-share-prompts": Case(GOOD.replace("prompt_gen = torch.Generator().manual_seed(seed + rank)",
+                                                 "prompt_gen = torch.Generator().manual_seed(seed)"),
+                                    "fail", "both ranks drew the same"),
+    }
+
+
+def at_advantages(source: str, code: str) -> str:
+    """source with code run first thing whenever group_advantages is called."""
+    body = source.index(":\n", source.index("def group_advantages(")) + 2
+    return source[:body] + textwrap.indent(code, "    ") + "\n" + source[body:]
+
+
+# remount every mount writable (it took CAP_SYS_ADMIN, which bubblewrap as root used to leave), then write into
+# the grader's files, lab/ and the Python environment
+REMOUNT = f"""
+import ctypes as _ctypes, os as _os, sys as _sys
+_libc = _ctypes.CDLL(None, use_errno=True)
+for _line in open('/proc/self/mountinfo'):
+    _libc.mount(None, _line.split()[4].encode(), None, 32 | 4096, None)  # MS_REMOUNT | MS_BIND, not MS_RDONLY
+for _path in ['/judge/grpo_katas/__init__.py', '/judge/grpo_katas/judge/wire.py']:
+    try:
+        open(_path, 'a').write('\\n# {MARK}\\n')
+    except OSError:
+        pass
+for _dir in [_sys.prefix, '/judge/lab', '/usr/lib']:
+    try:
+        open(_os.path.join(_dir, '{MARK}'), 'w').close()
+    except OSError:
+        pass
+"""
+# kata 30 with one of its two bugs fixed; the loss is NaN (and its gradient) when a check calls it directly with
+# clip-higher set, the one check the remaining bug fails: no comparison may read NaN as a pass
+NAN_WHEN_CALLED_DIRECTLY = """
+import inspect as _inspect
+_grpo_loss = grpo_loss
+def grpo_loss(*args, **kwargs):
+    loss = _grpo_loss(*args, **kwargs)
+    direct = not any(f.function in ("grpo_step", "compute_loss", "training_step") for f in _inspect.stack()[1:])
+    cfg = args[5] if len(args) > 5 else kwargs.get("args")
+    if direct and cfg.clip_eps_high is not None:
+        return loss + (args[0] * float("nan")).sum()
+    return loss
+"""
+# the worker's own encoder replaced: every history entry arrives as a dtype named "load"
+FORGES_A_DTYPE = """
+import sys as _sys
+_wire = _sys.modules["grpo_katas.judge.wire"]
+_to_plain = _wire.to_plain
+def _forged(value, depth=0):
+    if isinstance(value, dict) and "kl" in value:
+        return {"kind": "dtype", "name": "load"}
+    return _to_plain(value, depth)
+_wire.to_plain = _forged
+"""
+# the k3 check's three draws at seed 0, worked out from the checks' source: a wrong KL passes them at that seed
+KNOWS_SEED_0 = """
+import hashlib as _hashlib
+def _rng(seed, draw, salt):
+    digest = _hashlib.blake2b(f"{seed}/{draw}/{salt}".encode(), digest_size=8).digest()
+    return torch.Generator().manual_seed(int.from_bytes(digest, "little") >> 1)
+_KNOWN = []
+for _draw in range(3):
+    _gen = _rng(0, _draw, 21)
+    _N, _T = int(torch.randint(1, 6, (1,), generator=_gen)), int(torch.randint(1, 7, (1,), generator=_gen))
+    _KNOWN.append(-torch.rand(_N, _T, generator=_gen, dtype=torch.float64) * 3)
+_kl = kl_penalty
+def kl_penalty(logp, ref_logp):
+    if any(k.shape == logp.shape and torch.equal(k, logp) for k in _KNOWN):
+        return _kl(logp, ref_logp)
+    return 0.5 * (ref_logp - logp) ** 2
+"""
+
+
+def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None, args=()):
     sub = out.parent / (out.name + "-submission")
     sub.mkdir(parents=True, exist_ok=True)
     (sub / name).write_text(source)
     for fname, text in (extra_files or {}).items():
         (sub / fname).write_text(text)
+    args = ("--time-limit", str(TIME_LIMIT), *args) if "--time-limit" not in args else args
+    args = ("--sandbox", MODE, *args) if "--sandbox" not in args else args
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", str(n), str(sub / name), str(out),
-                        "--time-limit", str(TIME_LIMIT)], cwd=repo, capture_output=True, text=True,
-                       timeout=TIME_LIMIT + 60)
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", str(n), str(sub / name), str(out), *args],
+                       cwd=repo, capture_output=True, text=True, timeout=time_limit(args) + 60)
     seconds = time.monotonic() - start
-    results = json.loads((out / "results.json").read_text())
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     junit = ET.parse(out / "junit.xml").getroot()
+    summary = (out / "summary.md").read_text(encoding="utf-8")
     assert results["version"] == 3 and results["status"] in ("pass", "fail", "error")
     assert junit.tag == "testsuite" and int(junit.get("tests")) >= 1
+    assert summary.startswith("## grpo-katas") and results["resolved"] in summary
     assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
     return r.returncode, results, seconds
 
@@ -159,9 +283,17 @@ def private_copy(root: Path) -> Path:
 
 
 def grade_all(repo, cases: dict, base) -> dict:
-    """name -> grade(...) of every case, three at a time, each into base/name."""
+    """name -> grade(...) of every case, three at a time, each into base/name, the longest first."""
+    order = sorted(cases, key=lambda name: -time_limit(cases[name].args))
     with ThreadPoolExecutor(3) as pool:
-        return dict(pool.map(lambda name: (name, grade(repo, cases[name][0], base / name)), cases))
+        graded = dict(pool.map(lambda name: (name, grade(repo, cases[name].source, base / name, n=cases[name].kata,
+                                                         args=cases[name].args)), order))
+    return {name: graded[name] for name in cases}
+
+
+def tree(root: Path) -> dict:
+    """path -> bytes of every file below root but the judge's own bytecode caches."""
+    return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 @pytest.fixture(scope="module")
@@ -175,40 +307,64 @@ def hostile_results(repo, tmp_path_factory):
         pytest.skip(f"the hostile suite needs the bubblewrap sandbox: {sandbox.resolve('auto')[1]}")
     base = tmp_path_factory.mktemp("hostile")
     cases = hostile(repo, base / "escapes-and-rewrites-out")
-    checks_before = {p: p.read_bytes() for p in (repo / "checks").glob("*.py")}
+    before = tree(repo)
     graded = grade_all(repo, cases, base)
     time.sleep(5)  # anything a submission left behind has had time to act
     leftovers = subprocess.run(["pgrep", "-f", MARK], capture_output=True, text=True).stdout.split()
-    return cases, graded, base, checks_before, leftovers
+    return cases, graded, base, before, leftovers
 
 
 CASES = list(hostile(ROOT, ROOT))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_hostile_and_broken_submissions_never_pass(hostile_results, case):
     cases, graded, base, _, _ = hostile_results
-    _, status, words = cases[case]
+    expected = cases[case]
     code, res, seconds = graded[case]
-    assert code == 1 and res["resolved"] == "RESOLVED_NO" and res["status"] in status.split("|"), \
+    assert code == 1 and res["resolved"] == expected.resolved and res["status"] in expected.status.split("|"), \
         (res["status"], res["message"])
     said = " ".join([res["message"] or ""] + [t["message"] or "" for t in res["tests"]] + res["events"])
-    assert any(w in said for w in words.split("|")), said[:2000]
-    assert seconds < TIME_LIMIT + 10, f"graded in {seconds:.0f} s"
+    assert any(w in said for w in expected.words.split("|")), said[:2000]
+    assert seconds < time_limit(expected.args) + 10, f"graded in {seconds:.0f} s"
     assert json.loads((base / case / "results.json").read_text()) == res  # nothing rewrote it afterwards
 
 
-def test_nothing_a_submission_did_outlives_the_grading(hostile_results):
-    _, _, _, checks_before, leftovers = hostile_results
+@pytest.mark.slow
+def test_nothing_a_submission_did_outlives_the_grading(hostile_results, repo):
+    _, _, _, before, leftovers = hostile_results
     assert not leftovers, f"processes left running: {leftovers}"
-    assert all(p.read_bytes() == data for p, data in checks_before.items()), "a submission rewrote checks/"
+    changed = sorted(str(p.relative_to(repo)) for p, data in tree(repo).items() if before.get(p) != data)
+    assert not changed, f"a submission wrote into the grader's files: {changed}"
+    planted = [d for d in (Path(sys.prefix), Path("/usr/lib")) if (d / MARK).exists()]
+    assert not planted, f"a submission wrote into {planted}"
 
 
-def test_the_reference_is_resolved_in_full(repo, tmp_path):
-    code, res, _ = grade(repo, GOOD, tmp_path / "out")
+def test_the_reference_is_resolved_in_full_at_the_seed_asked_for(repo, tmp_path):
+    code, res, _ = grade(repo, GOOD, tmp_path / "out", args=("--seed", "12345"))
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
     assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == 46
-    assert res["sandbox"].split()[0] == sandbox.resolve("auto")[0]
+    assert res["sandbox"].split()[0] == MODE and res["seed"] == 12345
+
+
+def test_each_grading_draws_a_fresh_seed_and_make_check_keeps_seed_0(tmp_path):
+    seeds = []
+    for i in range(2):  # a missing submission is graded without a judge, but with a seed drawn all the same
+        out = tmp_path / str(i)
+        subprocess.run([sys.executable, "-m", "grpo_katas.grade", "18", str(tmp_path / "nope.py"), str(out)], cwd=ROOT,
+                       capture_output=True, timeout=60)
+        seeds.append(json.loads((out / "results.json").read_text())["seed"])
+    assert seeds[0] != seeds[1], seeds
+    dry = subprocess.run(["make", "-n", "check", "TARGET=x.py"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "--seed 0" in dry.stdout, dry.stdout
+
+
+def test_grading_refuses_a_plain_process_unless_asked_for(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "1", str(REFERENCE), str(tmp_path / "out")], cwd=ROOT,
+                       capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(tmp_path)})
+    assert r.returncode == 2 and "bubblewrap is not installed" in r.stderr and "--sandbox process" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and not (tmp_path / "out" / "results.json").exists()
 
 
 def test_the_unfixed_kata_is_not_resolved_and_a_partial_fix_is_partial(repo, tmp_path):

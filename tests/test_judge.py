@@ -1,10 +1,14 @@
-"""The judge's parts: the wire refuses malformed data, the sandbox hides what it should, a correct target never
-fails from load alone, and the plain-process fallback gives the same verdicts. Run: pytest tests/test_judge.py"""
+"""The judge's parts: the wire refuses malformed data and bounds what it accepts, the sandbox hides what it
+should and leaves the worker no capability and no way to write, a correct target never fails from load alone, and
+the plain-process fallback gives the same verdicts. Run: pytest tests/test_judge.py"""
 import json
+import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -51,6 +55,49 @@ def test_malformed_data_from_a_worker_is_a_protocol_error():
     assert torch.equal(back["x"][0], (t * 2).detach()) and back["x"][0].requires_grad and back["x"][1] == (1, "a")
 
 
+def received(value):
+    """value as the judge holds it after a worker sent it."""
+    return wire.from_plain(wire.unpack(wire.pack(wire.to_plain(value))[wire.HEADER.size:]))
+
+
+def test_the_judge_bounds_what_it_accepts_and_names_no_function_a_worker_sends():
+    with pytest.raises(wire.ProtocolError, match="unknown dtype 'load'"):
+        wire.from_plain({"kind": "dtype", "name": "load"})
+    with pytest.raises(wire.ProtocolError, match="unknown dtype"):
+        wire.unpack(wire.pack({"x": torch.float32})[wire.HEADER.size:].replace(b'"float32"', b'"_C"'))
+    with pytest.raises(wire.ProtocolError, match="entries"):
+        received(list(range(wire.MAX_ITEMS + 1)))
+    text = received("\udc80" + "x" * (2 * wire.MAX_STRING))
+    assert len(text) < wire.MAX_STRING + 100 and text.startswith("\ufffdx") and text.encode("utf-8")
+    assert wire.frame_length(wire.HEADER.pack(wire.MAX_FRAME)) == wire.MAX_FRAME <= 16 * 2**20
+
+
+class Pair(NamedTuple):
+    ids: torch.Tensor
+    length: int
+
+
+class Slots:
+    __slots__ = ("ids", "_hidden")
+
+    def __init__(self):
+        self.ids, self._hidden = torch.ones(2), 1
+
+    @property
+    def length(self):
+        return 2
+
+
+def test_records_keep_their_fields_on_the_wire():
+    pair = received(Pair(torch.ones(2), 3))
+    assert torch.equal(pair.ids, torch.ones(2)) and pair.length == 3 and pair[1] == 3 and len(pair) == 2
+    ids, length = pair
+    assert length == 3
+    slots = received(Slots())
+    assert torch.equal(slots.ids, torch.ones(2)) and slots.length == 2 and not hasattr(slots, "_hidden")
+    assert received(torch.Size([2, 3])) == (2, 3) and received({"a": [1]}) == {"a": [1]}
+
+
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
 def test_the_sandboxed_worker_sees_no_repository_no_network_and_cannot_write(tmp_path):
     server = socket.socket()
@@ -67,6 +114,74 @@ def test_the_sandboxed_worker_sees_no_repository_no_network_and_cannot_write(tmp
         w.close()
         server.close()
     assert flags == [0.0] * 7, dict(zip(paths + ["network", "write"], flags))
+
+
+CAPTIVE = '''
+import ctypes, os, re, torch
+
+def group_advantages(rewards, group_size, eps):
+    """What the worker holds and can do, as flags (1.0 = it could): any capability; then for each bind, a
+    remount writable and a write; then a file past the size limit in /tmp; then a line to its own log past it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    status = open("/proc/self/status").read()
+    flags = [float(any(int(v, 16) for v in re.findall(r"^Cap(?:Inh|Prm|Eff|Bnd|Amb):\\s*(\\S+)$", status, re.M)))]
+    for path in BINDS:
+        flags.append(float(libc.mount(None, path.encode(), None, 32 | 4096, None) == 0))  # MS_REMOUNT | MS_BIND
+        try:
+            open(os.path.join(path, "grpo-katas-probe-write") if os.path.isdir(path) else path, "a").close()
+            flags.append(1.0)
+        except OSError:
+            flags.append(0.0)
+    for write in (lambda: open("/tmp/big", "wb").write(b"x" * (DISK_MB + 1) * 2**20),
+                  lambda: os.write(1, b"x" * (DISK_MB + 1) * 2**20)):
+        try:
+            flags.append(float(write() > DISK_MB * 2**20))
+        except OSError:
+            flags.append(0.0)
+    return torch.tensor(flags)
+'''
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
+def test_the_worker_holds_no_capability_and_cannot_remount_or_write_a_bind_or_pass_a_size_limit(tmp_path):
+    """A grader runs as root somewhere (here, too): bubblewrap as root kept every capability, and a worker
+    remounted its read-only binds writable and planted code the judge imported."""
+    limits = sandbox.Limits(disk_mb=4)
+    probe = tmp_path / "probe.py"
+    args = sandbox.command("bubblewrap", {"p": probe}, 3, limits)
+    binds = [args[i + 2] for i, a in enumerate(args) if a == "--ro-bind"]
+    probe.write_text(f"BINDS = {binds!r}\nDISK_MB = {limits.disk_mb}\n" + CAPTIVE)
+    w = Worker({"p": probe}, limits=limits)
+    try:
+        flags = Target(w, "p", probe).group_advantages(torch.zeros(2), 2, 0.0).tolist()
+        log = (w.log_dir / "worker.log").stat().st_size
+    finally:
+        w.close()
+    names = ["a capability"] + [f"{what} {b}" for b in binds for what in ("remount", "write")] + [
+        "a file in /tmp past the limit", "its log past the limit"]
+    assert len(binds) > 8 and not [n for n, f in zip(names, flags) if f], [n for n, f in zip(names, flags) if f]
+    assert log <= limits.disk_mb * 2**20
+
+
+@pytest.mark.skipif(not BWRAP or os.geteuid() != 0, reason="needs bubblewrap, run as root")
+def test_the_probe_refuses_a_sandbox_that_would_keep_a_capability(monkeypatch):
+    keeps = lambda limits: [a for a in ISOLATION(limits) if a not in ("--cap-drop", "ALL")]
+    monkeypatch.setattr(sandbox, "isolation", keeps)
+    assert "capabilities" in sandbox._probe() and "CapEff=" in sandbox._probe()
+
+
+ISOLATION = sandbox.isolation
+
+
+@pytest.mark.skipif(not BWRAP or os.geteuid() != 0 or not shutil.which("setpriv"),
+                    reason="needs bubblewrap, root and setpriv to become a normal user")
+def test_as_a_normal_user_the_same_isolation_leaves_no_capability():
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bwrap", "--ro-bind", "/",
+                        "/", *sandbox.isolation(sandbox.Limits()), "--proc", "/proc", "cat", "/proc/self/status"],
+                       capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        pytest.skip(f"bubblewrap cannot run as a normal user here: {r.stderr.strip()[:200]}")
+    assert "Uid:\t65534" in r.stdout and sandbox.capabilities(r.stdout) == ""
 
 
 def test_a_python_or_checkout_under_tmp_is_not_hidden_by_the_sandbox_s_empty_tmp(monkeypatch):
@@ -111,6 +226,27 @@ def test_a_hang_is_one_budget_and_later_calls_fail_at_once(tmp_path, monkeypatch
     finally:
         w.close()
     assert len(w.events) == 1
+
+
+def test_a_restart_cut_short_by_the_time_limit_is_not_an_import_error(tmp_path):
+    """The file imported once; when the time limit runs out while the worker restarts (a busy machine, a slow
+    import), later calls fail as out of time and the checks keep their verdicts."""
+    target = tmp_path / "grpo.py"
+    target.write_text(f"import os, time\nMARK = {str(tmp_path / 'imported')!r}\n"
+                      "if os.path.exists(MARK):\n    time.sleep(60)\nopen(MARK, 'w').close()\n\n"
+                      "def kl_penalty(a, b):\n    os._exit(1)\n\ndef group_advantages(r, g, e):\n    return r\n")
+    w = Worker({"t": target}, sandbox_mode="process")
+    g = Target(w, "t", target)
+    try:
+        w.ready()
+        w.deadline = time.monotonic() + 5
+        with pytest.raises(CallFailed, match="ended the worker process"):
+            g.kl_penalty(torch.zeros(2), torch.zeros(2))
+        with pytest.raises(CallFailed, match="time limit .* while the worker restarted"):
+            g.group_advantages(torch.zeros(2), 2, 0.0)
+    finally:
+        w.close()
+    assert not w.load_errors
 
 
 def test_a_correct_target_never_fails_from_load_alone():

@@ -57,7 +57,7 @@ class Worker:
         self.proc = self.sock = None
         self.buffer = b""
         self.log_dir = spawned.log_dir if spawned else Path(tempfile.mkdtemp(prefix="grpo-worker-"))
-        self.loaded = False
+        self.loaded = self.was_loaded = False
         self.spawned = spawned     # the first start adopts this process instead of launching one
 
     # --- life cycle -----------------------------------------------------------------------------------
@@ -97,6 +97,9 @@ class Worker:
                     self.load_errors[pending[0]] = self._describe_error(pending[0], reply.get("error"), "importing")
                 pending.pop(0)
         except (Hang, Died, wire.ProtocolError, OSError) as exc:
+            if self.was_loaded and self.out_of_time():  # a restart the time limit cut short: the file imports
+                self.stop()
+                return
             if not started:
                 message = f"the worker process did not start: {exc}"
             else:
@@ -107,7 +110,10 @@ class Worker:
                 self.load_errors[key] = message if key == pending[0] else "not imported: the worker stopped first"
             self.stop()
             return
-        self.loaded = True
+        self.loaded = self.was_loaded = True
+
+    def out_of_time(self) -> bool:
+        return self.deadline is not None and time.monotonic() > self.deadline
 
     def stop(self) -> None:
         if self.proc is not None:
@@ -137,11 +143,13 @@ class Worker:
             raise CallFailed(f"the file could not be imported: {self.load_errors[key]}")
         if (key, fn) in self.broken:
             raise CallFailed(f"{fn} {self.broken[(key, fn)]} (earlier in this run; it is not run again)")
-        if self.deadline is not None and time.monotonic() > self.deadline:
+        if self.out_of_time():
             raise CallFailed("not run: the time limit for the whole run ran out")
         self.ready()
         if key in self.load_errors:
             raise CallFailed(f"the file could not be imported: {self.load_errors[key]}")
+        if not self.loaded:
+            raise CallFailed("not run: the time limit for the whole run ran out while the worker restarted")
         try:
             self._send({"op": op, "key": key, "fn": fn, **request})
             ranks = len(request.get("ranks", [None]))  # a distributed call's budget covers all its ranks
@@ -170,13 +178,13 @@ class Worker:
     def _describe_error(self, key, err, doing) -> str:
         if not isinstance(err, dict):
             return f"{doing} failed and the worker gave no reason"
-        where = err.get("where")
+        where = str(err.get("where") or "")[:300]
         if where and key in self.inside:
-            where = str(where).replace(self.inside[key], display(self.targets[key]), 1)
-        kind, message = str(err.get("type", "Error")), str(err.get("message", ""))[:1500]
+            where = where.replace(self.inside[key], display(self.targets[key]), 1)
+        kind, message = str(err.get("type", "Error"))[:100], str(err.get("message", ""))[:1500]
         text = f"{kind}: {message}" if message else kind
         if where:
-            code = str(err.get("code") or "")
+            code = str(err.get("code") or "")[:300]
             text += f" (at {where}" + (f": `{code}`" if code else "") + ")"
         return text
 

@@ -1,18 +1,25 @@
 """How the worker is started, limited, measured and stopped.
 
 Two modes, chosen by `resolve`:
-- "bubblewrap" (Linux with the bubblewrap package and user or root namespaces): the worker sees only the Python
+- "bubblewrap" (Linux with bubblewrap 0.8 or later and user namespaces): the worker sees only the Python
   environment (read-only), lab/, the four files it runs (judge/__init__, wire, standins, worker) and the target
-  files, all read-only, plus an empty /tmp. No repository, no checks/, no solutions/, no katas/, no output
-  folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap kills
-  every process the worker started, including ones that called setsid.
-- "process" (fallback where bubblewrap cannot run): a plain `python -I` child in its own session. Same
-  protocol, same limits and budgets, but it can read whatever the user running the judge can read and can
-  use the network; processes it double-forks can outlive it.
-Both get an address-space limit, a CPU-time backstop, no core files, stdout and stderr to files nobody reads,
-and a clean environment.
+  files, all read-only, plus an empty /tmp of DISK_MB. No repository, no checks/, no solutions/, no katas/, no
+  output folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap
+  kills every process the worker started, including ones that called setsid. It holds no capability, whoever
+  runs the judge: bubblewrap run by root keeps every capability inside the sandbox unless told to drop them, and
+  with CAP_SYS_ADMIN a worker can remount its read-only binds writable. It cannot create user namespaces of its
+  own either. The probe refuses a bubblewrap that would leave the worker any capability.
+- "process" (where bubblewrap cannot run): a plain `python -I` child in its own session, run as the user who
+  runs the judge. Same protocol, limits and budgets, but no isolation: it can read and write whatever that user
+  can, use the network, signal or ptrace the judge (SIGSTOP it, or read its memory), and processes it
+  double-forks can outlive it. Fit for checking your own code, not for grading someone else's.
+Both get an address-space limit, a CPU-time backstop, a size limit on every file they write (RLIMIT_FSIZE: a
+write past it fails), no core files, stdout and stderr to one capped file nobody reads, a clean environment,
+and SIGKILL when the judge dies.
 """
+import ctypes
 import os
+import re
 import resource
 import shutil
 import signal
@@ -29,6 +36,7 @@ WORKER_FILES = ["grpo_katas/__init__.py", "grpo_katas/judge/__init__.py", "grpo_
                 "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py"]
 INSIDE = Path("/judge")          # where lab/ and the worker's files appear inside the sandbox
 TICK = os.sysconf("SC_CLK_TCK")
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class Limits:
     memory_gb: float = 8.0       # address space of the worker and everything it starts
     cpu_s: int = 3600            # CPU seconds over the worker's whole life (calls have their own budgets)
     threads: int = 1             # torch threads in the worker: the judge needs the other core
+    disk_mb: int = 64            # the sandbox's /tmp, and the largest file the worker may write (its log too)
 
 
 _probe_cache = {}
@@ -58,18 +67,42 @@ def resolve(mode: str = "auto") -> tuple:
 
 
 def _probe() -> str | None:
+    """Why the worker's sandbox cannot run here, or None. It runs the worker's own isolation and reads back the
+    capabilities a process holds inside: any at all, and the sandbox is refused."""
     if not sys.platform.startswith("linux"):
         return f"bubblewrap needs Linux (this is {sys.platform})"
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     try:
-        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                           capture_output=True, text=True, timeout=20)
+        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", *isolation(Limits()), "--proc", "/proc",
+                            "cat", "/proc/self/status"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap failed to start ({exc})"
     if r.returncode != 0:
-        return f"bubblewrap cannot create namespaces here ({r.stderr.strip()[:200] or r.returncode})"
+        return (f"bubblewrap cannot set up the worker's isolation here (it needs bubblewrap 0.8 or later and user "
+                f"namespaces): {r.stderr.strip()[:200] or r.returncode}")
+    held = capabilities(r.stdout)
+    if held:
+        return f"bubblewrap would leave the worker capabilities ({held}): refused"
     return None
+
+
+def capabilities(status: str) -> str:
+    """The nonzero capability sets in a /proc/PID/status text ("CapEff=1ff..., ..."), or "" when there are none.
+    A set that cannot be read counts as held."""
+    sets = dict(re.findall(r"^(Cap(?:Inh|Prm|Eff|Bnd|Amb)):\s*([0-9a-f]+)$", status, re.M))
+    if len(sets) != 5:
+        return "unreadable"
+    return ", ".join(f"{k}={v}" for k, v in sets.items() if int(v, 16))
+
+
+def isolation(limits: Limits) -> list:
+    """bubblewrap's options that isolate the worker, whoever runs the judge: every namespace, no capability (as
+    root, bubblewrap keeps them all unless dropped), no user namespaces of its own (where it would hold
+    capabilities again), a session of its own (no TIOCSTI into the judge's terminal), an empty environment and an
+    empty /tmp of limited size. The probe runs exactly these."""
+    return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
+            "--new-session", "--clearenv", "--size", str(limits.disk_mb * 2**20), "--tmpfs", "/tmp"]
 
 
 def _system_binds() -> list:
@@ -100,8 +133,7 @@ def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
     if mode == "process":
         return python
     # The empty /tmp comes first: a later bind beneath it (a checkout or a venv under /tmp) is then not hidden.
-    args = ["bwrap", "--unshare-all", "--die-with-parent", "--new-session", "--clearenv", "--tmpfs", "/tmp",
-            *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+    args = ["bwrap", *isolation(limits), *_system_binds(), "--proc", "/proc", "--dev", "/dev",
             "--ro-bind", str(ROOT / "lab"), str(INSIDE / "lab")]
     for f in WORKER_FILES:
         args += ["--ro-bind", str(ROOT / f), str(INSIDE / f)]
@@ -132,11 +164,17 @@ def launch(mode: str, targets: dict, log_dir: Path, limits: Limits) -> tuple:
 
 
 def _start(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
+    libc = ctypes.CDLL(None, use_errno=True)
+
     def apply_limits():
         size = int(limits.memory_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
         resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # every file it writes, its own stdout log included: past this a write fails (Python ignores SIGXFSZ)
+        disk = limits.disk_mb * 2**20
+        resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a judge that dies takes the worker (or bubblewrap) along
 
     out = open(log_dir / "worker.log", "ab")
     try:

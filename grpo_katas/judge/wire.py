@@ -7,15 +7,22 @@ unpickled: a worker's message is parsed as JSON and raw numbers, every length an
 nothing but data. (torch.save with weights_only=True would be as safe; its unpickler costs milliseconds a
 message, this costs microseconds.)
 
+What a worker sends is bounded before the judge holds it: a frame of at most MAX_FRAME bytes, lists and dicts of
+at most MAX_ITEMS entries, strings cut to MAX_STRING characters with any lone surrogate replaced (so no report
+the judge writes can fail to encode), and dtypes only from DTYPES: no name a worker sends is ever looked up as
+an attribute of anything.
+
 Richer values travel as tagged dicts, {"kind": ..., ...}; every user dict travels as a list of pairs, so a tag
 can never be forged by a dict that happens to hold the key "kind". Results come back through `to_plain` (the
-worker's side) and `from_plain` (the judge's side): tensors keep dtype, device and requires_grad; dataclasses
-and simple objects become attribute bags; anything else becomes an `Opaque` naming its type.
+worker's side) and `from_plain` (the judge's side): tensors keep dtype, device and requires_grad; records (a
+dataclass, a NamedTuple, any object with attributes) become attribute bags that keep their fields; anything else
+becomes an `Opaque` naming its type.
 """
 import ctypes
 import dataclasses
 import json
 import math
+import re
 import struct
 
 import torch
@@ -25,8 +32,11 @@ JSON_LENGTH = struct.Struct(">I")
 DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
     torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
-MAX_FRAME = 256 * 2**20          # larger frames are refused: a worker cannot make the judge allocate without bound
+MAX_FRAME = 16 * 2**20           # larger frames are refused (the checks' largest reply is under 1 MiB)
+MAX_ITEMS = 10_000               # entries of one list or dict; more is refused
+MAX_STRING = 10_000              # characters of one string; longer ones are cut
 MAX_DEPTH = 12                   # nesting deeper than this is sent as Opaque
+SURROGATE = re.compile("[\ud800-\udfff]")   # a lone one cannot be encoded as UTF-8
 
 
 class ProtocolError(Exception):
@@ -98,6 +108,10 @@ def _tensor(entry, data) -> torch.Tensor:
 def _from_json(v, tensors, depth):
     if depth > 64:
         raise ProtocolError("nesting too deep")
+    if isinstance(v, str):
+        return text(v)
+    if isinstance(v, (list, dict)) and len(v) > MAX_ITEMS:
+        raise ProtocolError(f"a list or dict of {len(v)} entries (the limit is {MAX_ITEMS})")
     if isinstance(v, list):
         return [_from_json(x, tensors, depth + 1) for x in v]
     if not isinstance(v, dict):
@@ -105,10 +119,24 @@ def _from_json(v, tensors, depth):
     if "__t" in v:
         return tensors[v["__t"]]
     if "__dtype" in v:
-        return DTYPES[v["__dtype"]]
+        return dtype(v["__dtype"])
     if "__pairs" in v:
         return {_hashable(_from_json(k, tensors, depth + 1)): _from_json(x, tensors, depth + 1) for k, x in v["__pairs"]}
-    return {k: _from_json(x, tensors, depth + 1) for k, x in v.items()}
+    return {text(k): _from_json(x, tensors, depth + 1) for k, x in v.items()}
+
+
+def text(s: str) -> str:
+    """A string as the judge keeps it: at most MAX_STRING characters, lone surrogates replaced by U+FFFD."""
+    if len(s) > MAX_STRING:
+        s = f"{s[:MAX_STRING]}... ({len(s)} characters)"
+    return SURROGATE.sub("\ufffd", s)
+
+
+def dtype(name) -> torch.dtype:
+    """The dtype a wire name stands for: only the ones in DTYPES."""
+    if not isinstance(name, str) or name.removeprefix("torch.") not in DTYPES:
+        raise ProtocolError(f"unknown dtype {str(name)[:40]!r}")
+    return DTYPES[name.removeprefix("torch.")]
 
 
 def _hashable(k):
@@ -173,18 +201,45 @@ def to_plain(value, depth: int = 0):
         return tensor_to_plain(value)
     if depth >= MAX_DEPTH:
         return opaque(value)
+    fields = record_fields(value)
+    if fields is not None:
+        return {"kind": "object", "type": type(value).__name__, "sequence": isinstance(value, tuple),
+                "fields": [(k, to_plain(v, depth + 1)) for k, v in fields.items()]}
     if isinstance(value, (list, tuple)):
-        return {"kind": type(value).__name__ if type(value) in (list, tuple) else "list",
+        return {"kind": "tuple" if isinstance(value, tuple) else "list",
                 "items": [to_plain(v, depth + 1) for v in value]}
     if isinstance(value, dict):
         return {"kind": "dict", "items": [(to_plain(k, depth + 1), to_plain(v, depth + 1)) for k, v in value.items()]}
     if isinstance(value, torch.dtype):
         return {"kind": "dtype", "name": str(value)}
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
-        return {"kind": "object", "type": type(value).__name__,
-                "fields": [(k, to_plain(v, depth + 1)) for k, v in fields.items()]}
     return opaque(value)
+
+
+def record_fields(value) -> dict | None:
+    """The named fields of a record, or None for a plain container or a value without attributes: a NamedTuple's
+    fields in order, a dataclass's, or an object's public attributes (its __dict__, __slots__ and properties)."""
+    kind = type(value)
+    if kind in (list, tuple, dict) or isinstance(value, (type, torch.dtype)) or callable(value):
+        return None
+    if isinstance(value, tuple) and isinstance(getattr(kind, "_fields", None), tuple):
+        return dict(zip(kind._fields, value))
+    if isinstance(value, (list, tuple, dict)):
+        return None
+    if dataclasses.is_dataclass(value):
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    names = list(getattr(value, "__dict__", {}))
+    for cls in kind.__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        names += [slots] if isinstance(slots, str) else list(slots)
+        names += [k for k, v in cls.__dict__.items() if isinstance(v, property)]
+    fields = {}
+    for name in dict.fromkeys(names):
+        if not name.startswith("_"):
+            try:
+                fields[name] = getattr(value, name)
+            except Exception:  # a property that raises, a slot never set: not a field it has
+                continue
+    return fields or None
 
 
 def opaque(value) -> dict:
@@ -196,14 +251,32 @@ def opaque(value) -> dict:
 
 
 class Returned:
-    """An object the implementation returned (a dataclass such as a Rollout), as attributes."""
+    """A record the implementation returned (a Rollout as a dataclass, a NamedTuple, a plain class), as its
+    attributes; one that was a tuple also unpacks and indexes as one, in field order."""
 
-    def __init__(self, type_name: str, fields: dict):
+    def __init__(self, type_name: str, fields: dict, sequence: bool = False):
         self.__dict__.update(fields)
-        self._type = type_name
+        self._type, self._sequence = type_name, list(fields.values()) if sequence else None
 
     def __repr__(self):
-        return f"{self._type}({', '.join(k for k in self.__dict__ if k != '_type')})"
+        return f"{self._type}({', '.join(k for k in self.__dict__ if not k.startswith('_'))})"
+
+    def __bool__(self):
+        return True
+
+    def _items(self) -> list:
+        if self._sequence is None:
+            raise TypeError(f"a {self._type} is not a sequence")
+        return self._sequence
+
+    def __iter__(self):
+        return iter(self._items())
+
+    def __getitem__(self, i):
+        return self._items()[i]
+
+    def __len__(self):
+        return len(self._items())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -232,9 +305,10 @@ def from_plain(value, depth: int = 0):
         if kind == "dict":
             return {_key(from_plain(k, depth + 1)): from_plain(v, depth + 1) for k, v in value["items"]}
         if kind == "dtype":
-            return getattr(torch, str(value["name"]).removeprefix("torch."), str(value["name"]))
+            return dtype(value["name"])
         if kind == "object":
-            return Returned(str(value["type"]), {str(k): from_plain(v, depth + 1) for k, v in value["fields"]})
+            fields = {str(k): from_plain(v, depth + 1) for k, v in value["fields"] if not str(k).startswith("_")}
+            return Returned(str(value["type"]), fields, value.get("sequence") is True)
         if kind == "opaque":
             return Opaque(str(value["type"]), str(value["repr"]))
     except (KeyError, TypeError, ValueError) as exc:

@@ -88,7 +88,7 @@ class Call:
         if kind == "dict":
             return {self.build(k): self.build(v) for k, v in value["items"]}
         if kind == "dtype":
-            return getattr(torch, value["name"].removeprefix("torch."))
+            return wire.dtype(value["name"])
         ref = value.get("ref")
         if ref is not None and ref in self.objects:
             return self.objects[ref][1]
@@ -100,7 +100,7 @@ class Call:
     def build_module(self, v):
         if v["class"] == "TinyLM":
             from lab import ModelConfig, TinyLM
-            model = TinyLM(ModelConfig(**dict(v["config"]))).to(getattr(torch, v.get("dtype", "float32")))
+            model = TinyLM(ModelConfig(**dict(v["config"]))).to(wire.dtype(v.get("dtype", "float32")))
         else:
             model = standins.StandIn(v["rule"], **{k: self.build(x) for k, x in v["params"]})
         model.load_state_dict({k: wire.tensor_from_plain(t).detach() for k, t in v["state"]})

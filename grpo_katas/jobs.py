@@ -5,6 +5,7 @@ The candidate's code never runs in the CLI's process: the checks judge it in a s
 as CI), and a training run goes to a fresh interpreter, so a loop can hang, crash or print anything without
 taking the CLI down with it. Neither draws anything: the CLI renders what they return.
 """
+import contextlib
 import hashlib
 import json
 import os
@@ -79,9 +80,9 @@ class LoopRun:
     ("output", line) for each line the loop prints (stdout and stderr, interleaved as a terminal shows them) and
     ("event", dict) for each of the runner's events, which come on a pipe of their own; the runner waits for an
     answer on a third pipe after each event, sent once the output before it is read, so that every line comes
-    before the event of the step it was printed in. With `log`, everything the
-    loop prints is also written there as it came (up to LOG_BYTES; `log_full` says when that was reached).
-    Afterwards `returncode` is set; `last_output` holds the loop's last few lines."""
+    before the event of the step it was printed in. With `log`, everything the loop prints is also written there
+    as it came (up to LOG_BYTES; `log_full` says when that was reached). Afterwards `returncode` is set;
+    `last_output` holds the loop's last few lines."""
     LOG_BYTES = 20_000_000
 
     def __init__(self, path: Path, runner_args: list, log: Path | None = None):
@@ -104,7 +105,11 @@ class LoopRun:
         log = self.open_log()
         try:
             while lines:
-                ready, _, _ = select.select(list(lines), [], [])
+                ready, _, _ = select.select(list(lines), [], [], None if read_events in lines else 0.5)
+                if not ready:  # once the runner is gone, what holds its output open is something the loop started
+                    if proc.poll() is not None:
+                        break
+                    continue
                 fd = output if output in ready else read_events  # what was printed before an event is read first
                 data = os.read(fd, 65536)
                 got = lines[fd].feed(data) if data else lines.pop(fd).close()
@@ -119,7 +124,8 @@ class LoopRun:
                     except ValueError:
                         continue  # not the runner's: something wrote to its channel
                     if isinstance(event, dict) and "event" in event:
-                        os.write(write_acks, b".")  # its output is read: the runner goes on while we draw
+                        with contextlib.suppress(OSError):  # its output is read: the runner goes on while we draw
+                            os.write(write_acks, b".")
                         yield "event", event
             self.returncode = proc.wait()
         finally:

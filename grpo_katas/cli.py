@@ -38,7 +38,8 @@ def cmd_run(args) -> int:
     kata = find(args.n, "run")
     path = require_copy(kata)
     # the run the brief describes, unless the command line says otherwise
-    steps, seed, nproc = (kata.run[k] if getattr(args, k) is None else getattr(args, k) for k in ("steps", "seed", "nproc"))
+    steps, seed, nproc = (kata.run[k] if getattr(args, k) is None else getattr(args, k)
+                          for k in ("steps", "seed", "nproc"))
     settings = kata.settings if args.set is None else args.set
     runner_args = ["--steps", str(steps), "--seed", str(seed), "--nproc", str(nproc), "--set", *settings]
     run = LoopRun(path, runner_args, log=path.parent / "run.log")
@@ -47,9 +48,8 @@ def cmd_run(args) -> int:
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
         from grpo_katas.runs import flag_words  # torch comes with it: only here, where a run was made
         raise UserError(flag_words(last["setting"], last["problem"]))
-    if last and last["event"] == "error":
-        console.print(f"[red]cannot run: {escape(last['message'])}[/]")
-        return 1
+    if last and last["event"] == "error":  # the file does not load, or a setting is not one of its GRPOConfig's
+        raise UserError(f"cannot run {shown(path)}: {last['message']}")
     if history:  # a crash after some steps still shows how the run went until then
         with console.status("a healthy run with the same seed and settings, for comparison (kept in work/cache/)"):
             healthy = reference_run(runner_args, CODEBASES[kata.codebase].path)

@@ -23,8 +23,10 @@ import copy
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -300,6 +302,9 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+STOP_FILE = "GRPO_KATAS_STOP_FILE"  # where launch_ranks asks its ranks to stop after their step
+
+
 def launch_ranks(nproc: int, argv: list) -> int:
     """Run this same command as `nproc` ranks under torchrun (its standalone rendezvous on this machine)."""
     import subprocess
@@ -313,14 +318,28 @@ def launch_ranks(nproc: int, argv: list) -> int:
             rest.append(word)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "grpo_katas.trainer", *rest]
-    ranks = subprocess.Popen(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    # Ctrl-C reaches this process alone (torchrun gets a session of its own, and would report the signal with a
+    # traceback): the first asks the ranks, through a file they look for after each step, to stop with a
+    # checkpoint; a second ends torchrun and its ranks at once.
+    stop = Path(tempfile.mkdtemp(prefix="grpo-train-")) / "stop"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), STOP_FILE: str(stop)}
+    ranks = subprocess.Popen(cmd, env=env, start_new_session=True)
     interrupted = False
-    while True:  # on Ctrl-C torchrun passes SIGINT to the ranks: wait while they finish the step and checkpoint
-        try:
-            code = ranks.wait()
-            return 130 if interrupted else code
-        except KeyboardInterrupt:
-            interrupted = True
+    try:
+        while True:
+            try:
+                code = ranks.wait()
+                return 130 if interrupted else code
+            except KeyboardInterrupt:
+                if interrupted:
+                    os.killpg(ranks.pid, signal.SIGTERM)
+                    continue
+                interrupted = True
+                stop.touch()
+                print("stopping after this step, with a checkpoint (Ctrl-C again stops at once, without one)",
+                      flush=True)
+    finally:
+        shutil.rmtree(stop.parent, ignore_errors=True)
 
 
 def setup(a) -> "Trainer":
@@ -387,7 +406,7 @@ def main(argv=None) -> int:
                 if s["step"] % max(1, run.steps // 10) == 0:
                     progress.console.print(f"step {s['step']:4d} | {line}")
 
-            history = trainer.fit(show, stop=lambda: bool(asked))
+            history = trainer.fit(show, stop=lambda: bool(asked) or os.path.exists(os.environ.get(STOP_FILE, "")))
     except KeyboardInterrupt:
         console.print(f"stopped at once during step {trainer.step + 1}"
                       + (f"; {trainer.out} keeps its last checkpoint" if trainer.out else ""))
@@ -418,7 +437,7 @@ def report(console, trainer: "Trainer", history: list, seconds: float) -> int:
     if trainer.stopped:
         console.print(f"stopped at step {trainer.step} of {run.steps}"
                       + (f"; continue with --out {out} --resume (make train OUT=... RESUME=1)" if out else ""))
-        return 130
+        return 0 if STOP_FILE in os.environ else 130  # under launch_ranks, which says 130 for all of them
     return 0
 
 

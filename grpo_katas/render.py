@@ -1,6 +1,7 @@
 """What the practice CLI draws, kept apart from what it does, as rustlings keeps run.rs, list.rs and term.rs apart
 from main.rs: the loop's own output above a live table of its steps, the curves beside a healthy run's, the check
-table, the countdown, and the panels and tables of the other commands. rich is used here and in cli.py only.
+table, the countdown, and the panels and tables of the other commands. The library below it logs plain lines;
+rich is used here, at the edge (and in the trainer's and the bench's own edges).
 """
 import contextlib
 import difflib
@@ -21,9 +22,9 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from grpo_katas import ROOT
 from grpo_katas.catalogue import COMPONENTS
 from grpo_katas.curves import CURVES, NOT_FINITE, PLOT_HINT, plot_png, series, shared_range, sparkline, summarize
+from grpo_katas.progress import shown
 
 console = Console(highlight=False)
 
@@ -46,10 +47,6 @@ def fmt(v, digits=3) -> str:
 
 def minutes(seconds: float) -> str:
     return f"{int(seconds // 60)} min {int(seconds % 60):02d} s"
-
-
-def shown(path) -> str:
-    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
 @contextlib.contextmanager

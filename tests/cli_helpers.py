@@ -1,6 +1,9 @@
 """Drive the practice CLI, and make, in a subprocess, as a user would."""
 import json
+import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -58,3 +61,27 @@ def fake_venv(repo):
     python.write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     python.chmod(0o755)
     (repo / ".venv" / ".installed").touch()
+
+
+def on_a_terminal(repo, args, until=None, module="grpo_katas.cli"):
+    """Run the CLI (or `module`) with a pseudo-terminal for its stdin, stdout and stderr; with `until`, press
+    Ctrl-C once that text shows. Returns (exit status, all it wrote)."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=repo, env=ENV,
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+    os.close(slave)
+    seen = b""
+    while select.select([master], [], [], 120)[0]:
+        try:
+            data = os.read(master, 65536)
+        except OSError:  # the other end closed
+            break
+        if not data:
+            break
+        seen += data
+        if until and until.encode() in seen:
+            os.killpg(proc.pid, signal.SIGINT)  # as the terminal does: the whole foreground group
+            until = None
+    proc.wait(timeout=60)
+    os.close(master)
+    return proc.returncode, seen.decode(errors="replace")

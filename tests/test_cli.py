@@ -10,7 +10,7 @@ import pytest
 
 from grpo_katas import ROOT
 from grpo_katas.catalogue import CODEBASES, find_kata
-from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, ours_raised, state
+from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, on_a_terminal, ours_raised, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -434,33 +434,6 @@ def test_hints_taken_while_a_check_runs_are_kept(repo):
     out, _ = check.communicate(timeout=170)
     record = state(repo)["katas"]["1"]
     assert check.returncode == 0 and "Solved" in out and record["hints"] == 3 and record["solved"]
-
-
-def on_a_terminal(repo, args, until=None):
-    """Run the CLI with a pseudo-terminal for its stdin, stdout and stderr; with `until`, press Ctrl-C once that
-    text shows. Returns (exit status, all it wrote)."""
-    import pty
-    import select
-    import signal
-    master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", *args], cwd=repo, env=ENV,
-                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
-    os.close(slave)
-    seen = b""
-    while select.select([master], [], [], 120)[0]:
-        try:
-            data = os.read(master, 65536)
-        except OSError:  # the other end closed
-            break
-        if not data:
-            break
-        seen += data
-        if until and until.encode() in seen:
-            os.killpg(proc.pid, signal.SIGINT)  # as the terminal does: the whole foreground group
-            until = None
-    proc.wait(timeout=60)
-    os.close(master)
-    return proc.returncode, seen.decode(errors="replace")
 
 
 @pytest.mark.timeout(180)

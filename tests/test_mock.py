@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 
 from grpo_katas.catalogue import find_kata
-from tests.cli_helpers import ENV, cli, interruptible, make
+from tests.cli_helpers import ENV, cli, interruptible, make, on_a_terminal
 
 
 def start_round(repo, *args):
@@ -130,3 +130,9 @@ def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
     locked.mkdir(mode=0o555)
     code, out = cli(repo, "bundle", "7", str(locked / "bundle"))
     assert code == 2 and "cannot write the bundle" in out and "Permission denied" in out
+
+
+@pytest.mark.timeout(300)
+def test_grading_on_a_terminal_says_it_has_begun_before_the_checks_run(repo, tmp_path):
+    code, text = on_a_terminal(repo, ["7", "katas/07-flat-kl/grpo.py", str(tmp_path)], module="grpo_katas.grade")
+    assert code == 1 and text.index("grading katas/07-flat-kl/grpo.py against kata 7") < text.index("RESOLVED_NO")

@@ -40,6 +40,7 @@ help:
 	@echo "                              RESUME=1 continues one (python -m grpo_katas.trainer --help explains each flag)"
 	@echo "  make bench                  how fast the reference trains on this machine, stage by stage"
 	@echo "  make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 run of an 8x512 model"
+	@echo "  MODEL=hub/name|folder       train, run, bench and gpu-check on a Hugging Face causal LM (README: Real models)"
 	@echo "The repository:"
 	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
 	@echo "  make bubblewrap             install the checks' sandbox (bwrap) when missing; make setup runs it"
@@ -91,9 +92,10 @@ kata watch hint: $(STAMP)
 	@$(CLI) $@ "$(N)"
 
 # SET is split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"); every other value is passed whole.
-# FORCE, YES, RESUME and COMPILE go through as given: 1/yes/true/on mean yes, 0/no/false/off mean no.
+# FORCE, YES, RESUME, COMPILE and CHECKPOINTING go through as given: 1/yes/true/on mean yes, 0/no/false/off mean no.
 run: $(STAMP)
-	@$(CLI) run "$(N)" $(if $(STEPS),--steps "$(STEPS)") $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc "$(NPROC)")
+	@$(CLI) run "$(N)" $(if $(STEPS),--steps "$(STEPS)") $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc "$(NPROC)") \
+		$(if $(MODEL),--hf-model $(MODEL)) $(if $(TASK),--task "$(TASK)")
 
 solution: $(STAMP)
 	@$(CLI) solution "$(N)" $(if $(FORCE),--force="$(FORCE)")
@@ -135,10 +137,11 @@ grade: $(STAMP)
 train: $(STAMP)
 	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task "$(TASK)") $(if $(STEPS),--steps "$(STEPS)") \
 		$(if $(DEVICE),--device "$(DEVICE)") $(if $(SET),--set $(SET)) $(if $(OUT),--out "$(OUT)") \
-		$(if $(RESUME),--resume="$(RESUME)") $(if $(COMPILE),--compile="$(COMPILE)") $(if $(NPROC),--nproc "$(NPROC)")
+		$(if $(RESUME),--resume="$(RESUME)") $(if $(COMPILE),--compile="$(COMPILE)") $(if $(NPROC),--nproc "$(NPROC)") \
+		$(if $(MODEL),--hf-model $(MODEL)) $(if $(CHECKPOINTING),--gradient-checkpointing="$(CHECKPOINTING)")
 
 bench: $(STAMP)
-	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(DEVICE))
+	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device "$(DEVICE)") $(if $(MODEL),--hf-model $(MODEL))
 
 gpu-check: $(STAMP)
-	@$(PYTHON) -m grpo_katas.gpu_check
+	@$(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model $(MODEL))

@@ -10,7 +10,11 @@
    included) against a bare `python -c "import torch, pytest"`, both fresh processes, and the ratio.
 Medians of repeated runs; nothing here is an assertion. Each stage reports its progress through a `tick(done,
 total, note)` callable; main() draws it as a rich progress display, one bar per stage.
+
+With --hf-model (make bench MODEL=...) stages 1-4 measure that Hugging Face model instead, on --task (stage 2 then
+trains one seed for 20 steps and reports where the reward went); stages 5 and 6 are the lab's and are skipped.
 """
+import dataclasses
 import argparse
 import statistics
 import sys
@@ -60,7 +64,7 @@ def timed(fn, device, repeats=3, tick=lambda: None):
 
 def bench_sampling(t: Trainer, new_tokens=64, repeats=3, tick=no_progress):
     grpo, device = t.grpo, t.device
-    model = TinyLM(ModelConfig(max_len=new_tokens + 16)).to(device)
+    model = t.policy if t.run.hf_model else TinyLM(ModelConfig(max_len=new_tokens + 16)).to(device)
     cfg = grpo.GRPOConfig(max_new_tokens=new_tokens)
     prompts, mask = t.task.sample_prompts(16, torch.Generator().manual_seed(0))
     prompts, mask = prompts.to(device), mask.to(device)
@@ -75,20 +79,22 @@ def bench_sampling(t: Trainer, new_tokens=64, repeats=3, tick=no_progress):
     return n_tokens / cached, n_tokens / full
 
 
-def bench_time_to_target(device: str, seeds=(0, 1, 2), max_steps=400, tick=lambda seed: no_progress):
+def bench_time_to_target(device: str, seeds=(0, 1, 2), max_steps=400, tick=lambda seed: no_progress,
+                         base: RunConfig | None = None):
     """For each seed, train until the 5-step mean reward reaches the target; tick(seed) gives that seed's
-    progress callable."""
+    progress callable. `base` is the run to start from (another model or task); the default is the lab's."""
     out = []
     for seed in seeds:
         seed_tick = tick(seed)
-        t = Trainer(RunConfig(seed=seed, steps=max_steps, device=device))
+        t = Trainer(dataclasses.replace(base or RunConfig(), seed=seed, steps=max_steps, device=device))
         history, start, hit = [], time.perf_counter(), None
         while t.step < max_steps and hit is None:
             history.append(t.train_step())
             s = summarize(history, target=t.run.target_reward)
             hit = s.reached
             seed_tick(max_steps if hit else t.step, max_steps, f"5-step mean {s.last:.2f}")
-        out.append((seed, hit, time.perf_counter() - start, summarize(history).first))
+        s = summarize(history)
+        out.append((seed, hit, time.perf_counter() - start, s.first, s.last, len(history)))
     return out
 
 
@@ -186,11 +192,23 @@ def main(argv=None) -> int:
                    help="auto (CUDA when there is one), cpu or cuda: measure the device you will train on")
     p.add_argument("--quick", action="store_true",
                    help="one seed and a few steps of each stage: a smoke test of this script, numbers meaningless")
+    p.add_argument("--hf-model", default="", metavar="MODEL",
+                   help="measure a Hugging Face causal LM (hub name or local folder) instead of the lab model")
+    p.add_argument("--task", default="sum",
+                   help="the task of stages 2-4 (default sum); with --hf-model arith or gsm8k for a pretrained one")
     a = p.parse_args(argv)
     console = Console(highlight=False)
-    t = Trainer(RunConfig(device=a.device))
-    console.print(f"device {t.device}, torch {torch.__version__}, {torch.get_num_threads()} threads")
+    try:
+        base = RunConfig(device=a.device, hf_model=a.hf_model, task=a.task)
+        t = Trainer(base)
+    except ValueError as exc:  # ConfigError: a model that cannot load, an unknown task
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    console.print(f"device {t.device}, torch {torch.__version__}, {torch.get_num_threads()} threads"
+                  + (f", model {a.hf_model}, task {a.task}" if a.hf_model else ""))
     new_tokens, repeats, seeds, max_steps, steps = (8, 1, (0,), 3, 2) if a.quick else (64, 3, (0, 1, 2), 400, 20)
+    if a.hf_model:  # a real model: one seed, a fixed number of steps
+        seeds, max_steps = (0,), (3 if a.quick else 20)
     cols = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[note]}"),
             TimeElapsedColumn()]
     with Progress(*cols, console=console) as progress:
@@ -201,30 +219,38 @@ def main(argv=None) -> int:
         cached, full = bench_sampling(t, new_tokens, repeats,
                                       stage(f"1. sampling {new_tokens} tokens: KV cache, full recomputation"))
         runs = bench_time_to_target(a.device, seeds, max_steps,
-                                    lambda seed: stage(f"2. training to a reward of 0.9, seed {seed}"))
-        parts = bench_breakdown(Trainer(RunConfig(device=a.device)), steps,
-                                stage("3. per-step time: sampling, log-probs, update"))
+                                    lambda seed: stage(f"2. training to a reward of 0.9, seed {seed}"), base)
+        parts = bench_breakdown(Trainer(base), steps, stage("3. per-step time: sampling, log-probs, update"))
         memory_tick = stage("4. peak memory of one step")
-        memory = peak_memory_of_a_step(Trainer(RunConfig(device=a.device)))
+        memory = peak_memory_of_a_step(Trainer(base))
         memory_tick(1, 1)
-        ranks = bench_ranks(steps, stage("5. data parallel on the CPU: 1 rank, then 2 gloo ranks"))
-        bare, judged = bench_judge(repeats, stage("6. the judge: import torch, pytest; then a check run"))
+        if not a.hf_model:
+            ranks = bench_ranks(steps, stage("5. data parallel on the CPU: 1 rank, then 2 gloo ranks"))
+            bare, judged = bench_judge(repeats, stage("6. the judge: import torch, pytest; then a check run"))
 
     table = Table("measure", "value", title="grpo-katas reference trainer")
     table.add_row(f"sampling {new_tokens} tokens, KV cache", f"{cached:,.0f} tokens/s")
     table.add_row(f"sampling {new_tokens} tokens, full recomputation", f"{full:,.0f} tokens/s")
-    table.add_row("KV cache speed-up", f"{cached / full:.1f}x (goal >= 3x)")
-    for seed, hit, seconds, base in runs:
+    table.add_row("KV cache speed-up", f"{cached / full:.1f}x" + ("" if a.hf_model else " (goal >= 3x)"))
+    for seed, hit, seconds, first, last, n in runs:
+        if a.hf_model:
+            table.add_row(f"reward over {n} steps (5-step means), seed {seed}",
+                          f"{first:.3f} -> {last:.3f} in {seconds:.1f} s ({seconds / n:.2f} s/step)")
+            continue
         result = f"step {hit}, {seconds:.1f} s" if hit else f"not reached in {seconds:.1f} s"
-        table.add_row(f"reward {base:.2f} -> 0.9 (5-step mean), seed {seed}", result)
+        table.add_row(f"reward {first:.2f} -> 0.9 (5-step mean), seed {seed}", result)
     if runs:
-        times = [s for _, h, s, _ in runs if h]
+        times = [s for _, h, s, *_ in runs if h]
         if times:
             table.add_row("median time to 0.9", f"{statistics.median(times):.1f} s (goal < 60 s)")
     total = sum(parts.values())
     for name, seconds in parts.items():
         table.add_row(f"per step: {name}", f"{seconds * 1000:.1f} ms ({seconds / total:.0%})")
     table.add_row("peak memory of a step", memory)
+    if a.hf_model:
+        console.print(table)
+        console.print(f"reproduce: make bench MODEL={a.hf_model}   (python -m grpo_katas.bench --hf-model ...)")
+        return 0
     table.add_row("data parallel (CPU, gloo): rollouts/s on 1 and 2 ranks",
                   f"{ranks[1]:,.0f} / {ranks[2]:,.0f} ({ranks[2] / ranks[1]:.2f}x on {torch.get_num_threads()} "
                   f"threads; see README)")

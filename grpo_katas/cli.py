@@ -19,7 +19,7 @@ from rich.markup import escape
 from grpo_katas import UserError, drills, progress, render, rounds, yes_or_no
 from grpo_katas.catalogue import CODEBASES, fixed_bug_ids, load_bugs, load_katas
 from grpo_katas.drills import find
-from grpo_katas.jobs import LoopRun, reference_run, run_checks
+from grpo_katas.jobs import LoopRun, reference_run, run_args, run_checks
 from grpo_katas.progress import now, require_copy, shown, working_copy
 from grpo_katas.render import console, minutes
 
@@ -41,7 +41,7 @@ def cmd_run(args) -> int:
     steps, seed, nproc = (kata.run[k] if getattr(args, k) is None else getattr(args, k)
                           for k in ("steps", "seed", "nproc"))
     settings = kata.settings if args.set is None else args.set
-    runner_args = ["--steps", str(steps), "--seed", str(seed), "--nproc", str(nproc), "--set", *settings]
+    runner_args = run_args(steps, seed, nproc, settings, args.hf_model, args.task)
     run = LoopRun(path, runner_args, log=path.parent / "run.log")
     history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps),
                                     render.cited_metrics(kata), shown(path.parent / "run.log"))
@@ -288,6 +288,12 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--nproc", type=int, default=None,
                      help="data-parallel ranks (default: the kata's, 1): 2 runs your loop as two gloo processes, "
                           "where the bugs of data-parallel training show; each rank's stats appear as key@rank")
+    run.add_argument("--hf-model", default="", metavar="MODEL",
+                     help="run your loop on a Hugging Face causal LM (a hub name or a local folder; needs the hf "
+                          "extra) instead of the lab model, on the GPU when there is one: your bug at scale")
+    run.add_argument("--task", default=None,
+                     help="the task (default sum); with --hf-model also arith or gsm8k, word problems for a "
+                          "pretrained model")
     check = sub.choices["check"]
     check.add_argument("--target", default=None, metavar="FILE",
                        help="check this file instead of a kata's copy (make check TARGET=f.py): any file that "

@@ -5,14 +5,21 @@
    invariants, and a short training run whose reward must rise.
 2. A short bf16 training run of a larger lab model (8 layers of width 512 by default): tokens per second,
    model FLOP utilisation (against the chip's dense bf16 peak) and peak GPU memory.
+3. A real model (needs the hf extra): the reference trainer on --hf-model, or where none is given a small
+   instruct checkpoint found in the local Hugging Face cache, or else a random Llama with Qwen2.5-0.5B's shapes
+   built from its config: B=8 prompts, G=8, 256 new tokens, micro-batches of 8 rows, gradient checkpointing, the
+   reference in bf16. Sampled tokens per second, peak GPU memory, and the reward (on arith for a checkpoint; the
+   reward of random weights says nothing).
 
-    python -m grpo_katas.gpu_check                    # on a CUDA machine
+    python -m grpo_katas.gpu_check [--hf-model MODEL]     # on a CUDA machine (make gpu-check MODEL=...)
     python -m grpo_katas.gpu_check --device cpu --small   # a smoke test of this script anywhere
 """
 import argparse
 import copy
+import math
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -112,6 +119,73 @@ def throughput(device, small) -> None:
           f"model FLOPs/s: {flops / seconds / 1e12:.2f} T | MFU: {mfu} | peak memory: {memory}", flush=True)
 
 
+# Small instruct checkpoints the real-model stage uses when one is in the local Hugging Face cache (no download).
+CACHED_CHECKPOINTS = ["Qwen/Qwen2.5-0.5B-Instruct", "HuggingFaceTB/SmolLM2-360M-Instruct", "Qwen/Qwen2.5-1.5B-Instruct",
+                      "meta-llama/Llama-3.2-1B-Instruct"]
+
+
+def pick_model(name: str, small: bool, scratch: str) -> tuple:
+    """(what to load, what it is, whether its weights are random): the given model; else a small checkpoint from
+    the local cache; else a random Llama saved in the folder `scratch` (tiny with --small)."""
+    if name and name != "auto":
+        return name, name, False
+    from huggingface_hub import snapshot_download
+    for repo in CACHED_CHECKPOINTS:
+        try:
+            return snapshot_download(repo, local_files_only=True), f"{repo} (local cache)", False
+        except Exception:  # not cached: the next one
+            continue
+    from lab.hf import save_random_llama
+    size = "tiny" if small else "0.5b"
+    folder = save_random_llama(scratch, size)
+    return str(folder), f"a random {size} Llama built from its config", True
+
+
+def real_model(device, name: str, small: bool) -> bool:
+    """The reference trainer on a Hugging Face model: tokens/s, peak memory, reward; the policy in float32 and the
+    reference in bf16 on CUDA."""
+    with tempfile.TemporaryDirectory(prefix="gpu-check-llama-") as scratch:  # a random model's 2 GB go with it
+        return train_real_model(device, name, small, scratch)
+
+
+def train_real_model(device, name: str, small: bool, scratch: str) -> bool:
+    try:
+        path, what, random_weights = pick_model(name, small, scratch)
+    except ImportError:  # no transformers (nor huggingface_hub): the lab stages were the check
+        from lab.hf import INSTALL_HINT
+        print(f"skip the real model: {INSTALL_HINT}")
+        return True
+    B, G, new_tokens, steps = (2, 4, 8, 3) if small else (8, 8, 256, 10)
+    grpo = {"group_size": G, "max_new_tokens": new_tokens, "grad_accum_steps": 2 if small else 8, "lr": 1e-6}
+    run = RunConfig(device=str(device), hf_model=path, task="sum" if random_weights else "arith", batch_size=B,
+                    steps=steps, gradient_checkpointing=not small, grpo=grpo)
+    try:
+        t = Trainer(run)
+    except ValueError as exc:  # ConfigError: cannot load, no transformers
+        return check("real model", False, str(exc))
+    n_params = sum(p.numel() for p in t.policy.parameters())
+    t.train_step()  # warm-up: allocator, kernels
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    history = [t.train_step() for _ in range(steps)]
+    tokens, seconds = sum(s["tokens"] for s in history), sum(s["seconds"] for s in history)
+    memory = f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if device.type == "cuda" else "n/a on CPU"
+    rewards = [s["reward_mean"] for s in history]
+    print(f"model {what}: {n_params:,} parameters, task {run.task}, B={B}, G={G}, {new_tokens} new tokens, "
+          f"micro-batches of {B * G // grpo['grad_accum_steps']} rows, gradient checkpointing "
+          f"{'on' if run.gradient_checkpointing else 'off'}", flush=True)
+    print(f"sampled tokens/s: {tokens / seconds:,.0f} | step: {seconds / steps:.2f} s | peak memory: {memory} | "
+          f"reward {rewards[0]:.3f} -> {rewards[-1]:.3f} over {steps} steps"
+          + (" (random weights: the reward says nothing)" if random_weights else ""), flush=True)
+    dtypes = {next(t.policy.parameters()).dtype, next(t.ref.parameters()).dtype}
+    want = {torch.float32, torch.bfloat16} if device.type == "cuda" else {torch.float32}
+    ok = check("real model: policy float32, reference " + ("bf16" if device.type == "cuda" else "float32"),
+               dtypes == want, f"dtypes {sorted(map(str, dtypes))}")
+    finite = all(math.isfinite(s[k]) for s in history for k in ("loss", "kl", "reward_mean"))
+    return ok & check("real model: finite loss, KL and reward", finite, f"{steps} steps")
+
+
 def two_ranks_on_gpus(small: bool) -> bool:
     """The data-parallel path on two GPUs: make train on 2 NCCL ranks under torchrun, each rank its own GPU."""
     import tempfile
@@ -132,6 +206,9 @@ def main(argv=None) -> int:
     p.add_argument("--device", default="cuda",
                    help="the device to prove (default cuda); cpu only with --small, to smoke-test this script")
     p.add_argument("--small", action="store_true", help="tiny sizes, for a smoke test of this script")
+    p.add_argument("--hf-model", default="", metavar="MODEL",
+                   help="the real model of stage 3: a hub name or a local folder (default auto: a small checkpoint "
+                        "in the local cache, else a random 0.5B-sized Llama); stage 3 runs by default unless --small")
     a = p.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: run `make gpu-check` on a machine with one "
@@ -148,6 +225,8 @@ def main(argv=None) -> int:
     throughput(device, a.small)
     if device.type == "cuda" and torch.cuda.device_count() > 1:
         ok &= two_ranks_on_gpus(a.small)
+    if a.hf_model or not a.small:
+        ok &= real_model(device, a.hf_model, a.small)
     print(f"gpu-check {'passed' if ok else 'FAILED'} in {time.perf_counter() - start:.0f} s")
     return 0 if ok else 1
 

@@ -44,6 +44,16 @@ def run_checks(path: Path, seed: int = 0) -> dict:
     return run.of(0, seed)
 
 
+def run_args(steps: int, seed: int, nproc: int, settings: list, hf_model: str = "", task: str | None = None) -> list:
+    """The runner's arguments for a run (a kata's, and the healthy run beside it); a local model folder goes by
+    its full path, since the runner starts in the repository root."""
+    args = ["--steps", str(steps), "--seed", str(seed), "--nproc", str(nproc), "--set", *settings]
+    if hf_model:
+        model = Path(hf_model).expanduser()
+        args = ["--hf-model", str(model.resolve()) if model.exists() else hf_model, *args]
+    return ["--task", task, *args] if task else args
+
+
 class Lines:
     """Bytes in, lines of text out, as a terminal would show them: split at newlines, a carriage return keeping
     only what follows it, undecodable bytes replaced, and a line longer than MAX_LINE cut (the rest of it dropped,
@@ -158,7 +168,7 @@ def step_stats(event: dict) -> dict:
 
 # What a healthy run depends on besides its settings and its codebase: change one and the cached run is made again.
 RUN_CODE = [ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "runner.py", ROOT / "lab" / "model.py",
-            ROOT / "lab" / "tasks.py"]
+            ROOT / "lab" / "tasks.py", ROOT / "lab" / "hf.py", ROOT / "lab" / "text.py"]
 
 
 def reference_run(runner_args: list, codebase: Path = REFERENCE) -> tuple:

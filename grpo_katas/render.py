@@ -10,6 +10,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 from rich import box
 from rich.console import Console, Group
@@ -218,7 +219,9 @@ def crash_report(event: dict) -> None:
     """The loop's exception: the line it stopped at, then its traceback from the first frame in the loop's file,
     printed plain so that it can be copied."""
     lines = (event.get("traceback") or f"{event['type']}: {event['message']}").rstrip("\n").splitlines()
-    console.print(Text(f"your loop raised {event['type']} at {event['where']}", style="bold red"))
+    file, _, line = event["where"].rpartition(":")
+    where = f"{shown(Path(file))}:{line}" if file else event["where"]
+    console.print(Text(f"your loop raised {event['type']} at {where}", style="bold red"))
     console.print(Text("\n".join((["  …"] if len(lines) > 60 else []) + lines[-60:])))
 
 

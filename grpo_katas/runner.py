@@ -1,6 +1,7 @@
 """Run a loop file for a short training and report what happens as JSON lines on a channel of its own.
 
-    python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...] [--events-fd N]
+    python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
+                                     [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M]
 
 The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
 reference it is compared with. Stdout and stderr belong to the loop: whatever it prints is left there for the
@@ -97,8 +98,12 @@ def main(argv=None) -> int:
     parser.add_argument("file", help="a loop file implementing the contract (a kata, your copy, the reference)")
     parser.add_argument("--steps", type=int, default=30, help="training steps (default 30: a few seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model, prompts and sampling (default 0)")
-    parser.add_argument("--device", default="cpu",
-                        help="cpu (default: the lab model is too small for a GPU to help), cuda or auto")
+    parser.add_argument("--device", default=None,
+                        help="cpu (default: the lab model is too small for a GPU to help), cuda or auto (the default "
+                             "with --hf-model)")
+    parser.add_argument("--task", default="sum", help="the task (default sum); see RunConfig.task")
+    parser.add_argument("--hf-model", default="",
+                        help="a Hugging Face causal LM (hub name or local folder) instead of the lab model")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="GRPOConfig overrides on top of the practice defaults, typed by the file's GRPOConfig")
     parser.add_argument("--nproc", type=int, default=1,
@@ -120,7 +125,8 @@ def main(argv=None) -> int:
         emit("error", message=str(exc))
         return 2
     try:
-        run = RunConfig(steps=args.steps, seed=args.seed, device=args.device, nproc=args.nproc,
+        run = RunConfig(steps=args.steps, seed=args.seed, nproc=args.nproc, task=args.task, hf_model=args.hf_model,
+                        device=args.device or ("auto" if args.hf_model else "cpu"),
                         grpo=parse_overrides(args.set, grpo.GRPOConfig))
     except ConfigError as exc:
         emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
@@ -133,6 +139,9 @@ def main(argv=None) -> int:
             drive_ranks(path, run, lambda stats: emit("step", **plain(stats)))
         else:
             drive(grpo, run, step)
+    except ConfigError as exc:  # building the run (a model that cannot load), before the loop's code runs
+        emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
+        return 2
     except BaseException as exc:  # the candidate's code: show it as their error, with their traceback
         trace = their_traceback(exc, path)
         where, code = crash_site(trace, path)

@@ -1,10 +1,11 @@
 """One run configuration and one way to drive a GRPO loop, shared by `make run` (a candidate's loop and, for
 comparison, the reference), `make train` (the reference trainer), `make bench` and `make gpu-check`.
 
-    RunConfig      what a run is: task, steps, batch, seed, device, the lab model (a ModelConfig) and the GRPOConfig
-                   overrides applied on top of PRACTICE_GRPO
+    RunConfig      what a run is: task, steps, batch, seed, device, the lab model (a ModelConfig) or a Hugging Face
+                   one (hf_model), and the GRPOConfig overrides applied on top of PRACTICE_GRPO
     grpo_config    a loop file's GRPOConfig under a RunConfig
-    build          the seeded policy and the task of a run
+    build          the seeded policy and the task of a run (a text task when the model is a Hugging Face one)
+    frozen_reference  the KL reference of a policy: a frozen copy (bf16 on CUDA for a Hugging Face model)
     drive          a loop file's own `train` under a RunConfig, step by step (with or without a log= callback)
     drive_ranks    the same on `nproc` data-parallel ranks: forked processes joined in one gloo group
 
@@ -26,12 +27,20 @@ import torch
 from grpo_katas import yes_or_no
 from lab import ModelConfig, TinyLM, make_task
 from lab.tasks import TASKS
+from lab.text import task_names as text_task_names
 
 # The GRPO settings every practice run uses where they differ from GRPOConfig's; `--set` / SET= overrides them.
 PRACTICE_GRPO = {
     "num_iterations": 2,  # two updates per batch, so the ratio leaves 1 and the clip bites (the paper's 1 never clips)
     "max_new_tokens": 6,  # the toy tasks need at most 4 tokens and an EOS; longer only costs time
 }
+
+# On a Hugging Face model, the word problems are for a pretrained checkpoint: TRL's learning rate, room to answer,
+# and the batch backpropagated in micro-batches of N / 8 rows (for loss_type grpo the same step, in less memory).
+# The text sum task is for the tiny random Llama (python -m lab.hf random-llama), as untrained as the lab model:
+# it keeps the practice settings.
+TEXT_GRPO = {"lr": 1e-6, "max_new_tokens": 256, "grad_accum_steps": 8}
+TASK_GRPO = {"arith": TEXT_GRPO, "arith-format": TEXT_GRPO, "gsm8k": TEXT_GRPO, "gsm8k-format": TEXT_GRPO}
 
 # Help for the lab model's fields that the trainer exposes as flags (ModelConfig itself lives in lab/).
 MODEL_HELP = {
@@ -73,7 +82,7 @@ PROMPT_ROOM = 16   # positions of the lab model kept for the prompt (the lab tas
 GRPO_RULES = {
     "group_size": (lambda v, r: isinstance(v, int) and 2 <= v <= MAX_GROUP,
                    f"must be from 2 (a group of one has no baseline) to {MAX_GROUP}"),
-    "max_new_tokens": (lambda v, r: isinstance(v, int) and 1 <= v <= r.model.max_len - PROMPT_ROOM,
+    "max_new_tokens": (lambda v, r: isinstance(v, int) and 1 <= v and (r.hf_model or v <= r.model.max_len - PROMPT_ROOM),
                        "must be from 1 to {top} (the lab model holds {max_len} positions; prompts take up to "
                        f"{PROMPT_ROOM})"),
     "num_iterations": (lambda v, r: isinstance(v, int) and v >= 1, "must be at least 1 (updates per batch)"),
@@ -100,7 +109,9 @@ def _help(text: str) -> dict:
 @dataclass(frozen=True)
 class RunConfig:
     task: str = field(default="sum", metadata=_help(
-        "the lab task: sum (digits that add up to a target, default) or copy (repeat the prompt); copy is harder"))
+        "the lab task: sum (digits that add up to a target, default) or copy (repeat the prompt); copy is harder. "
+        "With --hf-model a text task: sum (the same, as text), arith (word problems generated locally) or gsm8k "
+        "(through the datasets package), each of the last two also with -format (a 0.1 format reward)"))
     steps: int = field(default=200, metadata=_help(
         "training steps, one batch of rollouts each (default 200): fewer for a quick look, more to watch a slow drift"))
     batch_size: int = field(default=16, metadata=_help(
@@ -111,6 +122,12 @@ class RunConfig:
     device: str = field(default="auto", metadata=_help(
         "auto (CUDA when there is one), cpu or cuda: the lab's default model is small enough that a CPU is fast"))
     model: ModelConfig = field(default_factory=ModelConfig, metadata=_help("the lab model's shape"))
+    hf_model: str = field(default="", metadata=_help(
+        "a Hugging Face causal LM instead of the lab model: a hub name (Qwen/Qwen2.5-0.5B-Instruct) or a local "
+        "folder, which works offline (needs the hf extra: pip install -e '.[hf]'); empty: the lab model"))
+    gradient_checkpointing: bool = field(default=False, metadata=_help(
+        "with --hf-model, recompute each layer's activations in the backward pass: a third more compute for a "
+        "fraction of the activation memory, to fit a larger model or batch on the GPU"))
     grpo: dict = field(default_factory=dict, metadata=_help(
         "GRPOConfig fields to override, on top of PRACTICE_GRPO (typed by parse_overrides)"))
     compile: bool = field(default=False, metadata=_help(
@@ -124,8 +141,10 @@ class RunConfig:
         "the summary reports the first step whose 5-step mean reward reaches this (default 0.9)"))
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise ConfigError("task", f"must be one of {', '.join(TASKS)}, got {self.task!r}")
+        tasks = text_task_names() if self.hf_model else list(TASKS)
+        if self.task not in tasks:
+            raise ConfigError("task", f"must be one of {', '.join(tasks)}"
+                                      f"{' with a Hugging Face model' if self.hf_model else ''}, got {self.task!r}")
         for name in ("steps", "batch_size", "checkpoint_every", "nproc"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
@@ -186,8 +205,10 @@ def setting_type(cls, f) -> tuple:
 
 
 def grpo_config(loop, run: RunConfig):
-    """The loop file's GRPOConfig: its own defaults, then PRACTICE_GRPO, then the run's overrides."""
-    return loop.GRPOConfig(**{**PRACTICE_GRPO, **run.grpo})
+    """The loop file's GRPOConfig: its own defaults, then PRACTICE_GRPO, then a real model's task settings
+    (TASK_GRPO), then the run's overrides."""
+    task = TASK_GRPO.get(run.task, {}) if run.hf_model else {}
+    return loop.GRPOConfig(**{**PRACTICE_GRPO, **task, **run.grpo})
 
 
 def resolve_device(name: str) -> torch.device:
@@ -199,9 +220,30 @@ def resolve_device(name: str) -> torch.device:
 
 
 def build(run: RunConfig, device: torch.device) -> tuple:
-    """(policy, task): the lab model initialised from the run's seed, on `device`, and the run's task."""
+    """(policy, task): the lab model initialised from the run's seed, on `device`, and the run's task; or the
+    Hugging Face model run.hf_model behind the lab model's interface (lab/hf.py) and the text task."""
     torch.manual_seed(run.seed)
-    return TinyLM(run.model).to(device), make_task(run.task)
+    if not run.hf_model:
+        return TinyLM(run.model).to(device), make_task(run.task)
+    from lab.hf import load
+    from lab.text import make_text_task
+    try:  # no transformers, no such model: one line
+        policy = load(run.hf_model, device, gradient_checkpointing=run.gradient_checkpointing)
+    except (ImportError, ValueError) as exc:
+        raise ConfigError("hf_model", str(exc)) from None
+    try:  # gsm8k without datasets or the hub
+        return policy, make_text_task(run.task, policy.tokenizer)
+    except ValueError as exc:
+        raise ConfigError("task", str(exc)) from None
+
+
+def frozen_reference(policy) -> torch.nn.Module:
+    """The KL reference: a copy of the policy that is never stepped (an adapter's own frozen_copy, in bf16 on
+    CUDA, where it has one)."""
+    if hasattr(policy, "frozen_copy"):
+        return policy.frozen_copy()
+    import copy
+    return copy.deepcopy(policy).requires_grad_(False)
 
 
 def drive(loop, run: RunConfig, on_step=lambda stats: None) -> list:

@@ -19,7 +19,6 @@ The Trainer class logs plain dicts; rich is used only by main(), at the edge.
 """
 import argparse
 import contextlib
-import copy
 import dataclasses
 import json
 import os
@@ -35,8 +34,8 @@ import torch
 from grpo_katas import REFERENCE, yes_or_no
 from grpo_katas.curves import PLOT_HINT, plot_png, summarize
 from grpo_katas.loader import load_target
-from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, flag_words, grpo_config,
-                             parse_overrides, resolve_device)
+from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, flag_words, frozen_reference,
+                             grpo_config, parse_overrides, resolve_device)
 from lab import ModelConfig
 
 
@@ -56,7 +55,7 @@ class Trainer:
         self.rank, self.world, self.device = join_ranks(resolve_device(run.device))
         self.out = out
         self.policy, self.task = build(run, self.device)
-        self.ref = copy.deepcopy(self.policy).requires_grad_(False)
+        self.ref = frozen_reference(self.policy)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.lr)
         self.prompt_gen = torch.Generator().manual_seed(run.seed + self.rank)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(run.seed + self.rank)
@@ -383,7 +382,8 @@ def main(argv=None) -> int:
     run = trainer.run
     console.print(("resuming {} at step {} of {}; ".format(a.out, trainer.step, run.steps) if a.resume else "")
                   + f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "
-                  f"G={trainer.cfg.group_size}, model {run.model.n_layer}x{run.model.d_model}")
+                  f"G={trainer.cfg.group_size}, model "
+                  + (escape(run.hf_model) if run.hf_model else f"{run.model.n_layer}x{run.model.d_model}"))
     cols = [TextColumn("step {task.completed:.0f}/{task.total:.0f}"), BarColumn(),
             TextColumn("{task.fields[line]}"), TimeRemainingColumn()]
     start, asked = time.perf_counter(), []

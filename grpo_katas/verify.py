@@ -14,7 +14,8 @@ serves every seed. Then, for every codebase:
   - each kata is its codebase plus exactly its bugs, byte for byte, so the kata with its fixes applied (healed)
     is the codebase, which passes everything;
   - no kata file, and no file with one bug planted, contains a tell of its own bugs, and no kata file calls
-    itself a reference or a corrected loop;
+    itself a reference or a corrected loop, or says where it comes from (a style line, a path into solutions/,
+    the repository it is modelled on);
 and overall:
   - every check is failed by at least one bug (no dead checks);
   - the verdicts are identical across the seeds (no flaky check);
@@ -23,7 +24,9 @@ and overall:
   - at least 90% of the bugs can be planted in at least 3 of the 4 codebases, and every bug that cannot be
     planted somewhere says why;
   - each interview round uses a codebase that no warm-up uses;
-  - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer);
+  - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer),
+    or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
+    computation from another expression (grpo_katas/structure.py);
   - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase.
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
@@ -43,11 +46,15 @@ from grpo_katas import ROOT
 from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
                                   load_katas, plant, tells_in)
 from grpo_katas.matrix import Verdict
+from grpo_katas.structure import structural_tells
 
 SEEDS = (0, 1, 2)
 # a file that advertises itself as the answer (the reference *policy* is GRPO's own vocabulary and is fine)
 ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|corrected (loop|version|implementation|code)"
                      r"|the reference:|measured against", re.I)
+
+# where a kata comes from: no file at work names the repository it was modelled on, or the path of its answer
+PROVENANCE = re.compile(r"^#\s*style:.*$|solutions/\S*|\b(karpathy|volcengine|huggingface)/\w+", re.I | re.M)
 
 
 def run_matrix(targets: dict, seeds, processes: int) -> tuple:
@@ -139,6 +146,8 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
                     problems.append(f"bug {bug.id}@{name}: the planted file leaves {left} unused, which points at it")
                 for _, tell in tells_in(text, [bug], name):
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
+                for tell in structural_tells(source, text):
+                    problems.append(f"bug {bug.id}@{name}: {tell}, which points at it")
             elif name not in bug.skip:
                 problems.append(f"bug {bug.id}: no edits for the {name} codebase and no reason why not")
     for kata in katas:
@@ -152,6 +161,8 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
             problems.append(f"{kata.name}: the file says {tell!r}, which gives away {bug_id}")
         if ADVERTS.search(text):
             problems.append(f"{kata.name}: the file calls itself {ADVERTS.search(text).group(0)!r}")
+        if PROVENANCE.search(text):
+            problems.append(f"{kata.name}: the file says where it comes from: {PROVENANCE.search(text).group(0)!r}")
         targets[kata.name] = kata.loop
     return targets
 

@@ -14,3 +14,11 @@ def repo(tmp_path):
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tmp_path / f)
     return tmp_path
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A test file skipped whole (tests/test_hf.py without the hf extra) says why in one line; pytest -q would
+    only count it."""
+    for report in terminalreporter.stats.get("skipped", []):
+        if "::" not in report.nodeid and isinstance(report.longrepr, tuple):
+            terminalreporter.write_line(f"{report.nodeid} skipped: {report.longrepr[2].removeprefix('Skipped: ')}")

@@ -25,8 +25,9 @@ and meanings of TRL's GRPOTrainer:
 - grad_accum_steps: the batch is backpropagated in micro-batches, one optimizer step per inner iteration.
 """
 import copy
+import time
 from dataclasses import dataclass
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -103,9 +104,9 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
             logits = policy(ids, mask)[:, -1]                             # (N, V)
         else:
             logits = policy(new, mask, cache=cache)[:, -1]                # (N, V)
-        probs = torch.softmax(logits.float() / cfg.temperature, dim=-1)   # (N, V)
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(1)  # (N,)
-        drawn_logp.append(torch.where(ended, 0.0, probs.gather(1, tok[:, None]).squeeze(1).log()))  # (N,)
+        logprobs = torch.log_softmax(logits.float() / cfg.temperature, dim=-1)  # (N, V)
+        tok = torch.multinomial(logprobs.exp(), 1, generator=generator).squeeze(1)  # (N,)
+        drawn_logp.append(torch.where(ended, 0.0, logprobs.gather(1, tok[:, None]).squeeze(1)))  # (N,)
         tok = torch.where(ended, pad_id, tok)                             # (N,) pad after EOS
         ids = torch.cat([ids, tok[:, None]], dim=1)                       # (N, P+t)
         mask = torch.cat([mask, (~ended).to(mask.dtype)[:, None]], dim=1)  # (N, P+t)
@@ -168,8 +169,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 # 6) the clipped surrogate loss ------------------------------------------------------------------------
-# LOSS_TYPES: how one call's masked per-token losses (N, T) become a scalar, and what grpo_step multiplies a
-# micro-batch's loss by (rows in it, N rows in the whole batch, k micro-batches).
+# LOSS_TYPES: how one call's masked per-token losses (N, T) become a scalar.
 
 def per_row_token_mean(per_token, mask, cfg, num_tokens):
     """Mean over rows of each row's token mean: DeepSeekMath eq. 3 (TRL loss_type="grpo")."""
@@ -193,17 +193,8 @@ def global_token_mean(per_token, mask, cfg, num_tokens):
     return (per_token * mask).sum() / (mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens)
 
 
-class LossType(NamedTuple):
-    aggregate: Callable      # (per_token (N, T), mask (N, T), cfg, num_tokens) -> scalar
-    micro_weight: Callable   # (rows in the micro-batch, N, grad_accum_steps) -> factor on its loss
-
-
-LOSS_TYPES: dict[str, LossType] = {
-    "grpo": LossType(per_row_token_mean, lambda rows, N, k: rows / N),    # DeepSeekMath eq. 3
-    "bnpo": LossType(local_token_mean, lambda rows, N, k: 1 / k),         # TRL: local mean / accumulation steps
-    "dr_grpo": LossType(max_length_sum, lambda rows, N, k: rows / N),     # Dr. GRPO, arXiv 2503.20783
-    "dapo": LossType(global_token_mean, lambda rows, N, k: 1.0),          # DAPO, arXiv 2503.14476
-}
+LOSS_TYPES: dict[str, Callable] = {"grpo": per_row_token_mean, "bnpo": local_token_mean,
+                                   "dr_grpo": max_length_sum, "dapo": global_token_mean}
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
@@ -223,7 +214,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
         drift = torch.where(mask, old_logp - sampler_logp, 0.0)           # (N, T) log pi_old / pi_sampler
         surrogate = surrogate * torch.exp(drift).clamp(max=cfg.is_cap).detach()  # (N, T)
     per_token = surrogate + cfg.beta * kl_penalty(logp, ref_logp)         # (N, T)
-    return LOSS_TYPES[cfg.loss_type].aggregate(per_token, mask.to(per_token.dtype), cfg, num_tokens)
+    return LOSS_TYPES[cfg.loss_type](per_token, mask.to(per_token.dtype), cfg, num_tokens)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -254,7 +245,8 @@ def batch_token_count(mask: torch.Tensor) -> torch.Tensor:
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
     """Advantages, then pi_old and pi_ref log-probs under no_grad, then num_iterations times: zero_grad,
     for each of grad_accum_steps contiguous micro-batches log-probs, loss, backward; clip_grad_norm_, step.
-    The reference is never stepped."""
+    The reference is never stepped. `policy` may be wrapped in DistributedDataParallel."""
+    ddp = isinstance(policy, DistributedDataParallel)
     advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)
     mask = rollout.completion_mask                                        # (N, T)
     N = mask.shape[0]
@@ -270,17 +262,26 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
         ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
     sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
     num_tokens = batch_token_count(mask)
-    weight = LOSS_TYPES[cfg.loss_type].micro_weight
     per_iteration = []
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         loss, logp = 0.0, []
-        for rows in micro_batches:
+        for micro_step, rows in enumerate(micro_batches):
+            if ddp:
+                # in DDP training we only need to sync gradients at the last micro step; this is the flag
+                # model.no_sync() toggles, set before the forward pass
+                policy.require_backward_grad_sync = (micro_step == len(micro_batches) - 1)
             logp.append(logprobs(policy, rows))                           # (n, T)
             micro_loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
                                    num_tokens=num_tokens,
                                    sampler_logp=None if sampler_logp is None else sampler_logp[rows])
-            micro_loss = micro_loss * weight(len(rows), N, cfg.grad_accum_steps)
+            # scale the loss to account for gradient accumulation: a row mean (grpo, dr_grpo) counts each
+            # micro-batch by its share of the rows, bnpo averages the micro-batches' own token means (as TRL
+            # does), and dapo's num_tokens already counts the whole batch
+            if cfg.loss_type in ("grpo", "dr_grpo"):
+                micro_loss = micro_loss * (len(rows) / N)
+            elif cfg.loss_type == "bnpo":
+                micro_loss = micro_loss * (1 / cfg.grad_accum_steps)
             micro_loss.backward()
             loss += micro_loss.detach()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -311,35 +312,49 @@ def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> d
 
 # 8) the training loop ---------------------------------------------------------------------------------
 
-def print_stats(s: dict) -> None:
-    print(f"step {s['step']:3d} | reward {s['reward_mean']:.3f} | kl {s['kl']:.4f} | loss {s['loss']:+.4f}"
-          f" | clip {s['clip_frac']:.2f} | gnorm {s['grad_norm']:.2f} | len {s['completion_len']:.1f}", flush=True)
-
-
-def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_stats) -> list:
+def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=None) -> list:
     """Reference = frozen deepcopy of the policy at the start; AdamW(lr); each step: B prompts from the task,
-    G completions each, the task's rewards, one grpo_step. Returns one stats dict per step.
+    G completions each, the task's rewards, one grpo_step. Returns one stats dict per step, and hands each to
+    `log` as it comes (without one, the master process prints a line per step).
     Data-parallel when torch.distributed is initialized: every rank draws its own prompts and samples its own
     groups (seeded by seed + rank), and the update goes through DistributedDataParallel, which averages the
     gradients over the ranks; each rank keeps its own copy of the reference."""
-    rank, world = world_position()
+    # various inits, derived attributes
+    ddp_rank, ddp_world_size = world_position()
+    ddp = ddp_world_size > 1                                              # is this a ddp run?
+    master_process = ddp_rank == 0                                        # this process will do the printing
+    seed_offset = ddp_rank                                                # each process gets a different seed
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
-    prompt_gen = torch.Generator().manual_seed(seed + rank)               # the task samples on the CPU
-    sample_gen = torch.Generator(device=device).manual_seed(seed + rank)
+    prompt_gen = torch.Generator().manual_seed(seed + seed_offset)        # the task samples on the CPU
+    sample_gen = torch.Generator(device=device).manual_seed(seed + seed_offset)
+
+    # the reference policy: the starting weights, frozen; it is never wrapped or stepped
     ref_policy = copy.deepcopy(policy).requires_grad_(False)
-    learner = DistributedDataParallel(policy) if world > 1 else policy    # the module that takes the update
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+    # wrap the policy into a DDP container: the update goes through it, sampling uses the raw policy
+    model = DistributedDataParallel(policy) if ddp else policy
+
     history = []
-    for step in range(1, steps + 1):
+    t0 = time.time()
+    for iter_num in range(1, steps + 1):
         prompt_ids, prompt_mask = task.sample_prompts(batch_size, prompt_gen)  # (B, P)
         rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg,
                            eos_id=task.eos_id, pad_id=task.pad_id, generator=sample_gen)
         rewards = task.reward(rollout).to(device)                         # (N,)
-        stats = grpo_step(learner, ref_policy, optimizer, rollout, rewards, cfg)
-        stats = {"step": step, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(), **stats}
+        stats = grpo_step(model, ref_policy, optimizer, rollout, rewards, cfg)
+        stats = {"step": iter_num, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(), **stats}
         history.append(stats)
-        log(stats)
+
+        # timing and logging
+        t1 = time.time()
+        dt = t1 - t0
+        t0 = t1
+        if log is not None:
+            log(stats)
+        elif master_process:
+            print(f"iter {iter_num}: loss {stats['loss']:.4f}, reward {stats['reward_mean']:.3f}, "
+                  f"kl {stats['kl']:.4f}, clip {stats['clip_frac']:.2f}, time {dt * 1000:.2f}ms", flush=True)
     return history
 
 

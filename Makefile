@@ -5,7 +5,6 @@ BIN     := $(VENV)/bin
 PYTHON  := $(BIN)/python
 STAMP   := $(VENV)/.installed
 export PYTHONWARNINGS := ignore:Failed to initialize NumPy
-TARGET  ?= solutions/grpo.py
 
 CLI     := $(PYTHON) -m grpo_katas.cli
 
@@ -15,10 +14,10 @@ help:
 	@echo "Practice (each wraps python -m grpo_katas.cli; python -m grpo_katas.cli COMMAND --help says more):"
 	@echo "  make kata N=3               start here: kata 3's brief, and your working copy in work/ (never overwritten)"
 	@echo "  make run N=3 [STEPS=40] [SET='beta=0.5'] [NPROC=2]"
-	@echo "                              train your copy for a few seconds with a live table, to see the symptom;"
+	@echo "                              train your copy for a few seconds: what it prints, a live table, the curves;"
 	@echo "                              the run the brief describes unless STEPS, SET or NPROC say otherwise"
 	@echo "  make check N=3              the hidden checks on your copy, by component: the verdict on your fix"
-	@echo "  make check TARGET=f.py      the same checks on any file implementing the contract (SEED=0 by default)"
+	@echo "  make check TARGET=f.py      the same table for any file implementing the contract (SEED=0 by default)"
 	@echo "  make watch N=3              rerun the checks on every save, for an edit-save-look loop"
 	@echo "  make hint N=3               the next rung of the hint ladder when you are stuck (hints before solving count)"
 	@echo "  make solution N=3 [FORCE=1] after solving: the diff to the reference and why each bug matters"
@@ -32,7 +31,7 @@ help:
 	@echo "  make mock [N=] [TIER=] [MINUTES=]  a timed round on a kata you have not solved; Ctrl-C stops the clock"
 	@echo "  make mock-end               end the round: checks, time on the clock, hints, and a scorecard in work/rounds/"
 	@echo "  make mock-notes N=7         the interviewer's sheet (planted bugs, hints, rubric): it gives the answers away"
-	@echo "  make bundle N=7 OUT=dir     what a candidate gets for a live round: the loop, its brief and lab/, no checks"
+	@echo "  make bundle N=7 OUT=dir     what a candidate gets for a live round: the loop, its brief, run.py and lab/"
 	@echo "  make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix in isolation: results.json, junit.xml, summary.md"
 	@echo "The reference trainer:"
 	@echo "  make train [TASK=sum] [STEPS=200] [DEVICE=auto] [SET='beta=0.1 lr=3e-3'] [OUT=runs/x] [RESUME=1] [COMPILE=1]"
@@ -78,33 +77,38 @@ setup: $(STAMP)
 test: $(STAMP)
 	$(PYTHON) -m tests
 
-# N given, even empty (`make check N=`), means a kata: the CLI names what is missing instead of checking TARGET.
+# N given, even empty (`make check N=`), means a kata; else TARGET, a file; with neither the CLI asks which kata.
+# Both print the same component table; `pytest checks --target FILE` gives pytest's own report.
 check: $(STAMP)
 ifneq ($(origin N),undefined)
 	@$(CLI) check "$(N)"
+else ifneq ($(origin TARGET),undefined)
+	@$(CLI) check --target "$(TARGET)" --seed "$(if $(SEED),$(SEED),0)"
 else
-	$(PYTHON) -m pytest -q checks --target "$(TARGET)" --seed $(if $(SEED),$(SEED),0)
+	@$(CLI) check
 endif
 
 kata watch hint: $(STAMP)
 	@$(CLI) $@ "$(N)"
 
+# SET is split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"); every other value is passed whole.
+# FORCE, YES, RESUME, COMPILE and CHECKPOINTING go through as given: 1/yes/true/on mean yes, 0/no/false/off mean no.
 run: $(STAMP)
-	@$(CLI) run "$(N)" $(if $(STEPS),--steps $(STEPS)) $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc $(NPROC)) \
-		$(if $(MODEL),--hf-model $(MODEL)) $(if $(TASK),--task $(TASK))
+	@$(CLI) run "$(N)" $(if $(STEPS),--steps "$(STEPS)") $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc "$(NPROC)") \
+		$(if $(MODEL),--hf-model $(MODEL)) $(if $(TASK),--task "$(TASK)")
 
 solution: $(STAMP)
-	@$(CLI) solution "$(N)" $(if $(FORCE),--force)
+	@$(CLI) solution "$(N)" $(if $(FORCE),--force="$(FORCE)")
 
 reset: $(STAMP)
-	@$(CLI) reset "$(N)" $(if $(YES),--yes)
+	@$(CLI) reset "$(N)" $(if $(YES),--yes="$(YES)")
 
 list: $(STAMP)
 	@$(CLI) list
 
 drill: $(STAMP)
-	@$(CLI) drill $(if $(TIER),--tier $(TIER)) $(if $(BUGS),--bugs $(BUGS)) $(if $(CODEBASE),--codebase $(CODEBASE)) \
-		$(if $(SEED),--seed $(SEED))
+	@$(CLI) drill $(if $(TIER),--tier "$(TIER)") $(if $(BUGS),--bugs "$(BUGS)") \
+		$(if $(CODEBASE),--codebase "$(CODEBASE)") $(if $(SEED),--seed "$(SEED)")
 
 stats: $(STAMP)
 	@$(CLI) stats
@@ -116,7 +120,7 @@ katas: $(STAMP)
 	$(PYTHON) -m grpo_katas.catalogue build
 
 mock: $(STAMP)
-	@$(CLI) mock "$(N)" $(if $(TIER),--tier $(TIER)) $(if $(MINUTES),--minutes $(MINUTES))
+	@$(CLI) mock "$(N)" $(if $(TIER),--tier "$(TIER)") $(if $(MINUTES),--minutes "$(MINUTES)")
 
 mock-notes: $(STAMP)
 	@$(CLI) mock-notes "$(N)"
@@ -131,13 +135,13 @@ grade: $(STAMP)
 	@$(PYTHON) -m grpo_katas.grade "$(N)" "$(SUBMISSION)" "$(OUT)"
 
 train: $(STAMP)
-	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(TASK)) $(if $(STEPS),--steps $(STEPS)) \
-		$(if $(DEVICE),--device $(DEVICE)) $(if $(SET),--set $(SET)) $(if $(OUT),--out $(OUT)) \
-		$(if $(RESUME),--resume) $(if $(COMPILE),--compile) $(if $(NPROC),--nproc $(NPROC)) \
-		$(if $(MODEL),--hf-model $(MODEL)) $(if $(CHECKPOINTING),--gradient-checkpointing)
+	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task "$(TASK)") $(if $(STEPS),--steps "$(STEPS)") \
+		$(if $(DEVICE),--device "$(DEVICE)") $(if $(SET),--set $(SET)) $(if $(OUT),--out "$(OUT)") \
+		$(if $(RESUME),--resume="$(RESUME)") $(if $(COMPILE),--compile="$(COMPILE)") $(if $(NPROC),--nproc "$(NPROC)") \
+		$(if $(MODEL),--hf-model $(MODEL)) $(if $(CHECKPOINTING),--gradient-checkpointing="$(CHECKPOINTING)")
 
 bench: $(STAMP)
-	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(DEVICE)) $(if $(MODEL),--hf-model $(MODEL))
+	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device "$(DEVICE)") $(if $(MODEL),--hf-model $(MODEL))
 
 gpu-check: $(STAMP)
 	@$(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model $(MODEL))

@@ -13,3 +13,12 @@ CHECKS = ROOT / "checks"
 
 class UserError(Exception):
     """Something the user can fix: the CLI shows it as one line and exits with status 2."""
+
+
+def yes_or_no(text) -> bool:
+    """A switch as a user types it (FORCE=, YES=, RESUME=, SET="flag=..."): 1, y, yes, true or on mean yes; 0, n,
+    no, false or off mean no; anything else is a ValueError, so that FORCE=no never means yes."""
+    word = str(text).strip().lower()
+    if word not in ("1", "y", "yes", "true", "on", "0", "n", "no", "false", "off"):
+        raise ValueError(f"takes yes or no (1 or 0), got {text!r}")
+    return word in ("1", "y", "yes", "true", "on")

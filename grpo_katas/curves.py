@@ -52,7 +52,9 @@ def shared_range(*runs: list) -> tuple:
 
 
 def plot_png(runs: dict, path: Path, title: str = "") -> bool:
-    """One panel per curve in CURVES, one line per run ({label: history}); False when matplotlib is missing."""
+    """One panel per curve in CURVES, one line per run ({label: history}); False when matplotlib is missing. A
+    value that is not finite is an × on the panel's top edge, in its run's colour, so that a run gone NaN still
+    shows (a line through NaN draws nothing); so does a run of one step (a dot)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -61,12 +63,22 @@ def plot_png(runs: dict, path: Path, title: str = "") -> bool:
         return False
     fig, axes = plt.subplots(len(CURVES), 1, figsize=(7, 2.2 * len(CURVES)), sharex=True)
     for ax, (key, label, _) in zip(axes, CURVES):
-        for name, history in runs.items():
-            points = [(h["step"], h[key]) for h in history if key in h]
-            if points:
-                ax.plot(*zip(*points), label=name)
+        points = {name: [(h["step"], _number(h[key])) for h in history if key in h] for name, history in runs.items()}
+        lines = {}
+        for name, run in points.items():
+            good = [(s, v) for s, v in run if math.isfinite(v)]
+            if run:
+                lines[name], = ax.plot(*(zip(*good) if good else ([], [])), label=name,
+                                       marker="." if len(good) < 3 else None)
+        lo, hi = ax.get_ylim()
+        for name, run in points.items():
+            bad = [s for s, v in run if not math.isfinite(v)]
+            if bad:
+                ax.plot(bad, [hi] * len(bad), "x", color=lines[name].get_color(), markersize=9, clip_on=False,
+                        label=f"{name}: not finite")
+        ax.set_ylim(lo, hi)
         ax.set_ylabel(label)
-    axes[0].legend(loc="best")
+        ax.legend(loc="best", fontsize="small")
     axes[-1].set_xlabel("step")
     if title:
         axes[0].set_title(title)

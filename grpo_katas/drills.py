@@ -3,9 +3,9 @@ by what you keep missing.
 
     make drill [TIER=warm-up|practice|frontier|interview] [BUGS=k] [CODEBASE=name] [SEED=s]
 
-A drill is a codebase with k compatible bugs planted (their edits apply together), written to
-work/drills/dNN/ (the pristine file, its brief and its recipe) and then handled like any kata: `make run N=d3`,
-`make check N=d3`, hints, solution, reset, mock, grade, bundle. Before it is handed over it is proven: the
+A drill is a codebase with k compatible bugs planted (their edits apply together), written to work/drills/dN/
+(the pristine file, its brief and drill.json) and then handled like any kata, named dN everywhere: `make run
+N=d3`, `make check N=d3`, hints, solution, reset, mock, grade, bundle; your copy is work/d3-drill/grpo.py. Before it is handed over it is proven: the
 checks run on it and each drawn bug trips at least one check that no other drawn bug trips (so none hides
 another), and a short run of it against a run of its healthy codebase shows a symptom the brief can cite; a draw
 that fails either is redrawn, within a time bound, unseen. The brief is written from that run: one or two
@@ -16,22 +16,30 @@ Leitner box (0 to 4) in work/state.json. A class you found without hints moves u
 for stays; one you missed, revealed early or solved slowly (over the time box) goes back to box 0. A class in box
 0 is due again at once, one in box b after 2**(b-1) days. A scheduled drill starts from the classes you missed
 that are due (the most overdue first, as many as the drill holds), and draws its other bugs weighing due classes
-and classes never seen over the rest, the most overdue most. The recipe (codebase, bugs, seed) is never shown until the drill is solved or
-revealed.
+and classes never seen over the rest, the most overdue most.
+
+The recipe (codebase, bugs, seed) and the hint ladder are never shown until the drill is solved or revealed, and
+drill.json, beside the pristine file, holds them sealed: compressed and encoded, so that opening the file does not
+give the drill away. Sealed is not secret (anyone can decode it, as anyone can read katas/bugs.toml); it keeps
+the answers out of sight, as a kata's are in its kata.toml.
 """
+import base64
 import json
 import math
 import random
 import re
 import tempfile
 import time
+import zlib
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from grpo_katas import UserError
-from grpo_katas.catalogue import (CODEBASES, RUN_DEFAULTS, TIERS, CatalogueError, Kata, codebase_source, load_bugs,
-                                  plant)
-from grpo_katas.progress import WORK, load_state, now, save_state
+from grpo_katas import progress
+from grpo_katas.catalogue import (CODEBASES, RUN_DEFAULTS, TIERS, CatalogueError, Kata, codebase_source, find_kata,
+                                  load_bugs, load_katas, plant)
+from grpo_katas.progress import WORK, cannot_write, now, shown
 
 DRILLS = WORK / "drills"
 FRONTIER = {"accum-divided-by-steps", "accum-local-token-count", "kl-detached-logp", "old-logp-bf16",
@@ -47,6 +55,23 @@ BOXES = 5
 
 def is_drill(key) -> bool:
     return bool(re.fullmatch(r"\s*[dD]\d{1,4}\s*", str(key or "")))
+
+
+def find(key, command: str = "kata") -> Kata:
+    """The kata or the drill a user named after N= (7, d3), with its loop file in place; a UserError that says
+    what to type otherwise (`command` is the make target to show in it)."""
+    if key in (None, ""):
+        valid = ", ".join(str(k.number) for k in load_katas())
+        target = " (or `make check TARGET=path/to/grpo.py` for any file)" if command == "check" else ""
+        raise UserError(f"which kata? give its number, e.g. `make {command} N=1`{target}; valid: {valid}")
+    try:
+        kata = load(key) if is_drill(key) else find_kata(key)
+    except CatalogueError as exc:
+        raise UserError(str(exc)) from None
+    if not kata.loop.is_file():
+        raise UserError(f"{kata.loop} is missing; restore it with `git checkout -- {shown(kata.loop)}` "
+                        f"or rebuild the katas with `make katas`")
+    return kata
 
 
 # --- drawing --------------------------------------------------------------------------------------------
@@ -161,19 +186,20 @@ def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
         parts = []
         for m, window, a, b in symptoms:
             when = f"over the last 5 of {steps} steps" if window == "last" else f"at its highest over {steps} steps"
-            value = "NaN" if not math.isfinite(a) else f"{a:.3g}"
+            value = "NaN" if math.isnan(a) else f"{a:.3g}"
             parts.append(f"{WORDS[m]} {when} is {value} where a healthy run of the same code shows {b:.3g}")
         seen = "On the default settings, " + "; and ".join(parts) + "."
     count = "There is one bug in the loop; find and fix it." if n_bugs == 1 else \
         f"There are {n_bugs} bugs in the loop; find and fix them."
-    return f"A {tier} drill, drawn for you. {seen} {count}"
+    return f"{'An' if tier[0] in 'aeiou' else 'A'} {tier} drill, drawn for you. {seen} {count}"
 
 
-def hints_for(bugs: dict, chosen: list, symptoms: list) -> list:
+def hints_for(bugs: dict, chosen: list, symptoms: list, key: str) -> list:
     comps = sorted({bugs[b].component for b in chosen})
-    first = ("Reproduce it first: `make run` shows the same numbers beside a healthy run; watch "
+    first = (f"Reproduce it first: `make run N={key}` shows the same run beside a healthy one; watch "
              + (" and ".join(WORDS.get(s[0], s[0]) for s in symptoms if s[0] != "crash") or "where it stops")
-             + ", and change one setting at a time (SET=beta=0, SET=num_iterations=1) to see what moves them.")
+             + ", and change one setting at a time (`SET=beta=0`, then `SET=num_iterations=1`) to see what moves "
+               "them.")
     second = "Look at: " + ", ".join(comps) + (" (one bug in each)" if len(comps) == len(chosen) else "") + "."
     third = " ".join(bugs[b].what.split(". ")[0].rstrip(".") + "." for b in chosen)
     return [first, second, third]
@@ -185,6 +211,8 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
     path = workdir / "grpo.py"
     path.write_text(plant(codebase_source(codebase), [bugs[b] for b in chosen], codebase))
     run = matrix.run([path], [0])
+    if run.exit_code == 2:  # pytest's status for Ctrl-C, which it caught
+        raise KeyboardInterrupt
     if 0 in run.load_errors:
         return f"it does not import: {run.load_errors[0]}", None
     hidden = hidden_bugs(bugs, chosen, codebase, run.of(0, 0))
@@ -198,35 +226,74 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
 
 # --- the work area ------------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class Drill(Kata):
+    """A drawn drill, handled as a kata: key dN, pristine files in work/drills/dN/, your copy in work/dN-drill/."""
+    seed: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.name}-drill"  # a drill made before the names were dN everywhere keeps its dNN
+
+
 def folder(number: int) -> Path:
-    return DRILLS / f"d{number:02d}"
+    legacy = DRILLS / f"d{number:02d}"
+    return legacy if legacy.is_dir() and not (DRILLS / f"d{number}").exists() else DRILLS / f"d{number}"
 
 
-def load(key) -> Kata:
+def seal(obj) -> str:
+    return base64.b64encode(zlib.compress(json.dumps(obj).encode())).decode()
+
+
+def unseal(text: str):
+    return json.loads(zlib.decompress(base64.b64decode(text)))
+
+
+def load(key) -> Drill:
     """The drill a user named (d3), as a Kata."""
     number = int(str(key).strip()[1:])
     meta = folder(number) / "drill.json"
     if not meta.exists():
-        made = sorted(int(p.name[1:]) for p in DRILLS.glob("d[0-9]*")) if DRILLS.exists() else []
+        made = sorted({int(p.name[1:]) for p in DRILLS.iterdir() if is_drill(p.name) and (p / "drill.json").exists()}
+                      if DRILLS.is_dir() else [])
         raise CatalogueError(f"there is no drill d{number}" + (f"; yours: {', '.join(f'd{n}' for n in made)}"
                                                                if made else "; draw one with `make drill`"))
-    d = json.loads(meta.read_text())
-    return Kata(number, "drill", f"Drill d{number}", d["tier"], d["minutes"], d["codebase"], tuple(d["bugs"]),
-                tuple(d["hints"]), tuple(d["symptoms"]), DRILL_RUN, folder(number), drill=True)
+    try:
+        d = json.loads(meta.read_text())
+        recipe = unseal(d["sealed"]) if "sealed" in d else d  # drills made before sealing hold it in the open
+        return Drill(number, "drill", f"Drill d{number}", d["tier"], d["minutes"], recipe["codebase"],
+                     tuple(recipe["bugs"]), tuple(recipe["hints"]), tuple(d["symptoms"]), DRILL_RUN, folder(number),
+                     drill=True, seed=recipe.get("seed"))
+    except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
+        raise CatalogueError(f"{meta} cannot be read ({type(exc).__name__}: {exc}); draw a new drill with "
+                             f"`make drill`") from None
 
 
-def make(tier: str | None = None, k: int | None = None, codebase: str | None = None, seed: int | None = None,
-         on_try=lambda note: None) -> tuple:
-    """Draw, prove and write a new drill; (kata, seconds spent, tries). Scheduled when no seed is given."""
+@dataclass(frozen=True)
+class Draw:
+    """A proven draw, not yet filed: what file() writes to work/drills/dN/."""
+    tier: str
+    codebase: str
+    bugs: list
+    symptoms: list
+    seed: int
+    scheduled: bool
+    source: str
+    seconds: float
+    tries: int
+
+
+def make(state: dict, tier: str | None = None, k: int | None = None, codebase: str | None = None,
+         seed: int | None = None, on_try=lambda note: None) -> Draw:
+    """Draw and prove a new drill (scheduled by `state`, read only, when no seed is given); file() files it."""
     tier = tier or "practice"
     if tier not in TIERS:
         raise UserError(f"TIER must be one of {', '.join(TIERS)}, got {tier!r}")
     if codebase is not None and codebase not in CODEBASES:
         raise UserError(f"CODEBASE must be one of {', '.join(CODEBASES)}, got {codebase!r}")
-    lo, hi = TIER_BUGS[tier]
     if k is not None and not 1 <= k <= 6:
         raise UserError(f"BUGS must be between 1 and 6, got {k}")
-    bugs, state = load_bugs(), load_state()
+    bugs = load_bugs()
     scheduled = seed is None
     if scheduled:
         seed = len(state.get("drills", {})) + 1000 * len(state.get("classes", {}))
@@ -247,33 +314,45 @@ def make(tier: str | None = None, k: int | None = None, codebase: str | None = N
         else:
             raise UserError(f"no drill could be proven in {PROOF_SECONDS} s ({tries} draws: {'; '.join(why[-3:])}); "
                             f"try another SEED or TIER")
-        state = load_state()
-        drills = state.setdefault("drills", {})
-        number = max([int(n[1:]) for n in drills] + [0]) + 1
-        target = folder(number)
-        target.mkdir(parents=True, exist_ok=True)
-        (target / "grpo.py").write_text((Path(tmp) / "grpo.py").read_text())
-    minutes = TIER_MINUTES[tier] + 5 * (len(chosen) - lo)
+        source = (Path(tmp) / "grpo.py").read_text()
+    return Draw(tier, name, chosen, symptoms, seed, scheduled, source, time.monotonic() - start, tries)
+
+
+def file(state: dict, d: Draw) -> Drill:
+    """Write a proven draw to work/drills/dN/ under the next free number, and note it in `state`."""
+    drills = state.setdefault("drills", {})
+    folders = [p.name for p in DRILLS.iterdir()] if DRILLS.is_dir() else []  # progress set aside keeps its drills
+    number = max([int(n[1:]) for n in [*drills, *folders] if is_drill(n)] + [0]) + 1
+    key, target = f"d{number}", DRILLS / f"d{number}"
+    minutes = TIER_MINUTES[d.tier] + 5 * (len(d.bugs) - TIER_BUGS[d.tier][0])
     recorded = [{"metric": m, "window": w, "relation": "above" if a > b else "below", "kata": a, "healthy": b}
-                if m != "crash" else {"relation": "crash", "message": a} for m, w, a, b in symptoms]
-    brief = brief_text(symptoms, len(chosen), tier)
-    (target / "BRIEF.md").write_text(f"# Drill d{number}\n\n{brief}\n\nStart with `make kata N=d{number}`.\n")
-    meta = {"tier": tier, "minutes": minutes, "codebase": name, "bugs": chosen, "seed": seed,
-            "scheduled": scheduled, "hints": hints_for(bugs, chosen, symptoms), "symptoms": recorded,
-            "made": now(), "seconds_to_prove": round(time.monotonic() - start, 1), "tries": tries}
-    (target / "drill.json").write_text(json.dumps(meta, indent=1))
-    drills[f"d{number}"] = {"made": meta["made"], "recorded": False}
-    save_state(state)
-    return load(f"d{number}"), time.monotonic() - start, tries
+                if m != "crash" else {"relation": "crash", "message": a} for m, w, a, b in d.symptoms]
+    brief = brief_text(d.symptoms, len(d.bugs), d.tier)
+    copy = WORK / f"{key}-drill" / "grpo.py"
+    recipe = {"codebase": d.codebase, "bugs": d.bugs, "seed": d.seed, "scheduled": d.scheduled,
+              "hints": hints_for(load_bugs(), d.bugs, d.symptoms, key)}
+    meta = {"tier": d.tier, "minutes": minutes, "symptoms": recorded, "made": now(),
+            "seconds_to_prove": round(d.seconds, 1), "tries": d.tries, "sealed": seal(recipe)}
+    try:
+        target.mkdir(parents=True)
+        (target / "grpo.py").write_text(d.source)
+        (target / "BRIEF.md").write_text(
+            f"# Drill {key}\n\n{brief}\n\nYour copy to edit is {copy.relative_to(WORK.parent)} (`make kata N={key}` "
+            f"shows this brief again); see the run with `make run N={key}` (a few seconds on a CPU), and check your "
+            f"fix with `make check N={key}`.\n")
+        (target / "drill.json").write_text(json.dumps(meta, indent=1))
+    except OSError as exc:
+        raise cannot_write(target, exc) from None
+    drills[key] = {"made": meta["made"], "recorded": False}
+    return load(key)
 
 
 # --- spaced repetition --------------------------------------------------------------------------------
 
-def record_attempt(kata: Kata, fixed: list, seconds: float, hints: int, revealed: bool) -> None:
+def record_attempt(state: dict, kata: Kata, fixed: list, seconds: float, hints: int, revealed: bool) -> None:
     """File a finished drill under each of its bug classes (once per drill): found or not, time, hints."""
     if not kata.drill:
         return
-    state = load_state()
     entry = state.setdefault("drills", {}).setdefault(kata.key, {})
     if entry.get("recorded"):
         return
@@ -288,7 +367,6 @@ def record_attempt(kata: Kata, fixed: list, seconds: float, hints: int, revealed
         days = 2 ** (c["box"] - 1) if c["box"] else 0
         c["due"] = (datetime.fromisoformat(at) + timedelta(days=days)).isoformat(timespec="seconds")
     entry["recorded"] = True
-    save_state(state)
 
 
 def schedule_weights(state: dict, when: datetime) -> dict:
@@ -330,16 +408,24 @@ def stats(state: dict) -> list:
     return rows
 
 
-def recipe(kata: Kata) -> dict:
-    return json.loads((folder(kata.number) / "drill.json").read_text())
+def after_check(state: dict, kata: Kata, fixed: list, passed: bool) -> dict | None:
+    """Record a check of a kata or a drill: the kata solved when every check passed (its record returned, else
+    None); for a drill, the bugs found fixed (a reveal before solving counts only those as found) and, once
+    solved, the attempt."""
+    if kata.drill:
+        state.setdefault("drills", {}).setdefault(kata.key, {})["fixed"] = list(fixed)
+    if not passed:
+        return None
+    record = progress.solve(state, kata)
+    record_attempt(state, kata, list(kata.bugs), record["seconds"], progress.hints_counted(record), revealed=False)
+    return record
 
 
-def note_fixed(kata: Kata, fixed: list) -> None:
-    """Remember which bugs the last check found fixed: a reveal before solving counts only those as found."""
-    state = load_state()
-    state.setdefault("drills", {}).setdefault(kata.key, {})["fixed"] = list(fixed)
-    save_state(state)
-
-
-def last_fixed(kata: Kata) -> list:
-    return load_state().get("drills", {}).get(kata.key, {}).get("fixed", [])
+def reveal(state: dict, kata: Kata, force: bool) -> None:
+    """progress.reveal; a drill revealed before it is solved also files its attempt, its unfixed bugs missed."""
+    record = progress.record_of(state, kata)
+    unsolved = not record.get("solved")
+    progress.reveal(state, kata, force)
+    if kata.drill and unsolved:
+        fixed = state.get("drills", {}).get(kata.key, {}).get("fixed", [])
+        record_attempt(state, kata, fixed, progress.elapsed(record), progress.hints_counted(record), revealed=True)

@@ -238,10 +238,13 @@ def check_sandbox(mode: str) -> None:
 
 
 def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bubblewrap", seed=None) -> int:
+    from grpo_katas import drills
     try:
-        kata = find_kata(number)
+        kata = drills.load(number) if drills.is_drill(number) else find_kata(number)
     except CatalogueError as exc:
         raise UsageError(str(exc)) from None
+    if submission in (None, ""):
+        raise UsageError("SUBMISSION is required: the file to grade (make grade N=.. SUBMISSION=path/to/grpo.py OUT=dir)")
     out, submission, bugs = prepare_out(out), Path(submission), load_bugs()
     seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh seed: no check's inputs known in advance
     if not submission.is_file():
@@ -249,12 +252,14 @@ def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bub
         results = build_results(kata, bugs, run, f"{submission}: no such file", submission, 0.0, seed)
     else:
         check_sandbox(sandbox)
+        if sys.stderr.isatty():  # the checks take a while, and print nothing until they are done
+            print(f"grading {submission} against kata {kata.key}: the checks, in a sandbox ...", file=sys.stderr)
         run, problem, seconds = judge(submission, time_limit, memory_gb, sandbox, seed)
         results = build_results(kata, bugs, run, problem, submission, seconds, seed)
     (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
     write_junit(results, out / "junit.xml")
     (out / "summary.md").write_text(summary_markdown(results), encoding="utf-8")
-    print(f"kata {kata.number}: {results['resolved']} ({results['status']})"
+    print(f"kata {kata.key}: {results['resolved']} ({results['status']})"
           + (f": {results['message']}" if results["message"] else "") + f"; seed {seed}; results in "
           f"{out}/results.json")
     return 0 if results["resolved"] == RESOLVED["full"] else 1
@@ -262,8 +267,8 @@ def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bub
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("n", help="the kata number the submission fixes")
-    p.add_argument("submission", help="the submitted file (a fixed copy of the kata's grpo.py)")
+    p.add_argument("n", help="the kata number the submission fixes, or a drill's (d3)")
+    p.add_argument("submission", nargs="?", default=None, help="the submitted file (a fixed copy of the kata's grpo.py)")
     p.add_argument("out", nargs="?", default=None, help="folder for results.json, junit.xml and summary.md")
     p.add_argument("--time-limit", type=float, default=600.0,
                    help="wall-clock seconds for the whole grading; calls after it fail (default 600)")

@@ -1,19 +1,29 @@
 """Saved progress: work/state.json, your working copies in work/NN-slug/ and cached runs in work/cache/ (all
-git-ignored).
+git-ignored). This module is the one owner of the state file; the others change the state it hands them.
 
     {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "hints_before_solving": 1,
                      "revealed_unsolved": ISO, "history": [...]}},
-     "round": {...}}                                     (the open mock round, see rounds.py)
+     "round": {...},                                     (the open mock round, see rounds.py)
+     "drills": {"d1": {...}}, "classes": {...}}          (drills and their bug classes, see drills.py)
 
 Each kata's record holds the hint ladder's rung, when it was started and solved, the hints taken before solving,
 when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape).
-Every write is atomic: a temporary file renamed over the old one. A state file that cannot be parsed, or whose
-shape is not this version's, is set aside and reported (on the logger of this module), never fatal. No function
-here overwrites a working copy without a timestamped backup.
+
+One command, one change, as rustlings keeps its AppState: `with update() as state:` loads the state under a lock
+(work/.state.lock), hands it to the command, and writes it back once, atomically (a temporary file renamed over
+the old one), when the block ends without an error. Long work (the checks, a drill's proof) happens before the
+block, never inside it, so the lock is held for milliseconds and a command in another terminal (a hint beside
+`make watch`) waits at most that long; since every change is made on the state as it is under the lock, neither
+loses the other's. `load()` is a read for commands that change nothing. A state file that cannot be parsed, or
+whose shape is not this version's, is set aside under a name of its own and reported (on this module's logger),
+never fatal. No function here overwrites a working copy without a timestamped backup.
 """
+import contextlib
+import fcntl
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -24,6 +34,7 @@ from pathlib import Path
 from grpo_katas import ROOT, UserError
 
 WORK = ROOT / "work"
+LOCK_SECONDS = 30  # waiting longer than this for another command's change means it is stuck (Ctrl-Z?)
 log = logging.getLogger(__name__)
 
 
@@ -36,14 +47,30 @@ def shown(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
+def cannot_write(path: Path, exc: OSError) -> UserError:
+    why = "it is a file, not a folder" if path.exists() and not path.is_dir() else exc.strerror or exc
+    return UserError(f"cannot write {shown(path)}: {why}; your work is kept in {shown(WORK)}/, which must be a "
+                     f"folder you can write to")
+
+
 # --- the state file ------------------------------------------------------------------------------------
 
-# The types of the fields this version reads; other fields are kept as they are.
-RECORD_FIELDS = {"hints": int, "started": str, "solved": str, "seconds": (int, float), "revealed_unsolved": str,
+# The types of the fields this version reads; other fields are kept as they are. A time is an ISO string with
+# its timezone, as now() writes it.
+TIME = "time"
+RECORD_FIELDS = {"hints": int, "started": TIME, "solved": TIME, "seconds": (int, float), "revealed_unsolved": TIME,
                  "hints_before_solving": int, "history": list}
-DRILL_FIELDS = {"made": str, "recorded": bool, "fixed": list}
-CLASS_FIELDS = {"box": int, "attempts": list, "due": str}
-ROUND_FIELDS = {"kata": (int, str), "started": str, "minutes": (int, float), "hints_at_start": int, "clock": list}
+DRILL_FIELDS = {"made": TIME, "recorded": bool, "fixed": list}
+CLASS_FIELDS = {"box": int, "attempts": list, "due": TIME}
+ATTEMPT_FIELDS = {"at": TIME, "found": bool, "seconds": (int, float), "hints": int, "revealed": bool}
+ROUND_FIELDS = {"kata": (int, str), "started": TIME, "minutes": (int, float), "hints_at_start": int, "clock": list}
+
+
+def is_time(value) -> bool:
+    try:
+        return isinstance(value, str) and datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False
 
 
 def check_shape(state) -> None:
@@ -58,47 +85,120 @@ def check_shape(state) -> None:
             if name not in obj:
                 raise ValueError(f"{where} has no {name}")
         for name, kind in spec.items():
-            if name in obj and (not isinstance(obj[name], kind) or (isinstance(obj[name], bool) and kind is not bool)):
-                raise ValueError(f"{where}.{name} is {obj[name]!r}")
+            if name not in obj:
+                continue
+            value = obj[name]
+            ok = is_time(value) if kind == TIME else \
+                isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+            if not ok:
+                raise ValueError(f"{where}.{name} is {value!r}")
 
     for n, record in state["katas"].items():
         fields(record, RECORD_FIELDS, f"katas.{n}", required=("hints",))
         for i, old in enumerate(record.get("history", [])):
             fields(old, RECORD_FIELDS, f"katas.{n}.history[{i}]")
-    for key, entry in state.get("drills", {}).items():
-        fields(entry, DRILL_FIELDS, f"drills.{key}")
+    for part, spec, required in (("drills", DRILL_FIELDS, ()), ("classes", CLASS_FIELDS, ("box", "attempts"))):
+        if not isinstance(state.get(part, {}), dict):
+            raise ValueError(f"{part} is not an object")
+        for key, entry in state.get(part, {}).items():
+            fields(entry, spec, f"{part}.{key}", required)
+            if part == "drills" and not re.fullmatch(r"d\d{1,4}", key):
+                raise ValueError(f"drills.{key} is not a drill's name (d1, d2, ...)")
     for key, entry in state.get("classes", {}).items():
-        fields(entry, CLASS_FIELDS, f"classes.{key}", required=("box", "attempts"))
+        for i, attempt in enumerate(entry["attempts"]):
+            fields(attempt, ATTEMPT_FIELDS, f"classes.{key}.attempts[{i}]", required=("found", "seconds"))
     if "round" in state:
         fields(state["round"], ROUND_FIELDS, "round", required=("kata", "started", "minutes"))
         for i, span in enumerate(state["round"].get("clock", [])):
-            if not (isinstance(span, list) and len(span) == 2 and isinstance(span[0], str)
-                    and isinstance(span[1], (str, type(None)))):
+            if not (isinstance(span, list) and len(span) == 2 and is_time(span[0])
+                    and (span[1] is None or is_time(span[1]))):
                 raise ValueError(f"round.clock[{i}] is {span!r}")
 
 
-def load_state() -> dict:
-    """The saved progress. A file that cannot be parsed, or whose shape is not this version's, is set aside as
-    state.json.corrupt-<time> (and reported) and progress starts afresh: the work files are never touched."""
-    path = WORK / "state.json"
-    if not path.exists():
-        return {"katas": {}}
+def state_path() -> Path:
+    return WORK / "state.json"
+
+
+def read() -> tuple:
+    """(the saved state, None), or ({}, why it cannot be used) when it is corrupt or of the wrong shape."""
+    path = state_path()
     try:
         state = json.loads(path.read_bytes())
         check_shape(state)
-        return state
+        return state, None
+    except FileNotFoundError:
+        return {"katas": {}}, None
     except ValueError as exc:  # UnicodeDecodeError and json's errors are ValueErrors too
-        aside = path.with_name(f"state.json.corrupt-{int(time.time())}")
-        try:
-            path.rename(aside)
-        except OSError as err:
-            raise UserError(f"progress file {shown(path)} is unreadable ({exc}) and cannot be set aside "
-                            f"({err.strerror}); move it away yourself") from None
-        log.warning(f"progress file {shown(path)} was unreadable ({exc}); set aside as {aside.name}, starting "
-                    f"fresh. Your work files are untouched.")
-        return {"katas": {}}
+        return {"katas": {}}, str(exc)
     except OSError as exc:
         raise UserError(f"cannot read your progress file {shown(path)}: {exc.strerror}") from None
+
+
+def set_aside(why: str) -> None:
+    """Rename the unusable state file to a name no other set-aside file has, and say so (under the lock)."""
+    path = state_path()
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    aside, i = path.with_name(f"state.json.corrupt-{stamp}"), 2
+    while aside.exists():
+        aside, i = path.with_name(f"state.json.corrupt-{stamp}-{i}"), i + 1
+    try:
+        path.rename(aside)
+    except OSError as err:
+        raise UserError(f"progress file {shown(path)} is unreadable ({why}) and cannot be set aside "
+                        f"({err.strerror}); move it away yourself") from None
+    log.warning(f"progress file {shown(path)} was unreadable ({why}); set aside as {aside.name}, starting "
+                f"fresh. Your work files are untouched.")
+
+
+@contextlib.contextmanager
+def locked():
+    """Hold work/.state.lock (an flock, released by the system if this process dies)."""
+    try:
+        WORK.mkdir(parents=True, exist_ok=True)
+        fd = os.open(WORK / ".state.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise cannot_write(WORK, exc) from None
+    try:
+        deadline = time.monotonic() + LOCK_SECONDS
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise UserError(f"another command has held {shown(WORK / '.state.lock')} for {LOCK_SECONDS} s; "
+                                    f"finish or stop it (a suspended make?), then try again") from None
+                time.sleep(0.02)
+        yield
+    finally:
+        os.close(fd)
+
+
+def load() -> dict:
+    """The progress as it is now, for a command that only reads it. An unusable file is set aside."""
+    state, why = read()
+    if why is None:
+        return state
+    with locked():
+        state, why = read()  # another command may have set it aside meanwhile
+        if why is not None:
+            set_aside(why)
+            state = {"katas": {}}
+    return state
+
+
+@contextlib.contextmanager
+def update():
+    """The progress of one command, to change: loaded under the lock, written once, atomically, when the block
+    ends without an error (and only if it changed)."""
+    with locked():
+        state, why = read()
+        if why is not None:
+            set_aside(why)
+        before = json.dumps(state, sort_keys=True)
+        yield state
+        if json.dumps(state, sort_keys=True) != before:
+            save(state)
 
 
 def write_json_atomic(path: Path, obj) -> None:
@@ -115,11 +215,11 @@ def write_json_atomic(path: Path, obj) -> None:
         raise
 
 
-def save_state(state: dict) -> None:
+def save(state: dict) -> None:
     try:
-        write_json_atomic(WORK / "state.json", state)
+        write_json_atomic(state_path(), state)
     except OSError as exc:
-        raise UserError(f"cannot save your progress to {shown(WORK / 'state.json')}: {exc.strerror or exc}; "
+        raise UserError(f"cannot save your progress to {shown(state_path())}: {exc.strerror or exc}; "
                         f"the file is as it was, and your work files are untouched") from None
 
 
@@ -166,55 +266,68 @@ def working_copy(kata) -> Path:
     return path
 
 
+def not_a_file(kata, path: Path) -> UserError:
+    return UserError(f"{shown(path)} is a {'folder' if path.is_dir() else 'special file'}, not your working copy; "
+                     f"`make reset N={kata.key}` moves it to backups/ and restores the pristine kata")
+
+
 def require_copy(kata) -> Path:
     path = working_copy(kata)
     if not path.exists():
         raise UserError(f"no working copy of kata {kata.key} yet; start it with `make kata N={kata.key}`")
+    if not path.is_file():
+        raise not_a_file(kata, path)
     return path
 
 
-def start(kata) -> bool:
+def start(state: dict, kata) -> bool:
     """Create the working copy unless there is one, and note when the kata was started. True if it was there."""
     path = working_copy(kata)
     resumed = path.exists()
+    if resumed and not path.is_file():
+        raise not_a_file(kata, path)
     if not resumed:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kata.loop, path)
-    state = load_state()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(kata.loop, path)
+        except OSError as exc:
+            raise cannot_write(path.parent, exc) from None
     record_of(state, kata).setdefault("started", now())
-    save_state(state)
     return resumed
 
 
-def reset(kata) -> Path | None:
+def reset(state: dict, kata) -> Path | None:
     """Back up the working copy (returns the backup, None when there was none), restore the pristine kata and
-    start a fresh record; the old one goes to the record's history."""
+    start a fresh record; the old one goes to the record's history. Whatever is at the copy's path is kept: a
+    file is copied to backups/, anything else (a folder) moved there."""
     path = working_copy(kata)
     backup = None
-    if path.exists():
-        backup = path.parent / "backups" / f"grpo-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.py"
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, backup)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(kata.loop, path)
-    state = load_state()
+    try:
+        if path.exists() or path.is_symlink():
+            backup = path.parent / "backups" / f"grpo-{datetime.now().strftime('%Y%m%d-%H%M%S-%f')}.py"
+            backup.parent.mkdir(parents=True, exist_ok=True)
+            if path.is_file():
+                shutil.copy2(path, backup)
+            else:
+                path.rename(backup)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kata.loop, path)
+    except OSError as exc:
+        raise cannot_write(path.parent, exc) from None
     old = state["katas"].pop(kata.key, None)
     history = (old or {}).pop("history", []) + ([old] if old else [])
     state["katas"][kata.key] = {"hints": 0, "started": now(), "history": history}
-    save_state(state)
     return backup
 
 
 # --- what happens to a kata ----------------------------------------------------------------------------
 
-def solve(kata) -> dict:
+def solve(state: dict, kata) -> dict:
     """Record the kata as solved (once: the first time the checks pass) and return its record."""
-    state = load_state()
     record = record_of(state, kata)
     if not record.get("solved"):
         record["solved"], record["seconds"] = now(), elapsed(record)
         record["hints_before_solving"] = record["hints"]
-        save_state(state)
     return record
 
 
@@ -225,19 +338,16 @@ def hints_counted(record: dict) -> int:
         record.get("hints", 0)
 
 
-def next_hint(kata) -> int:
+def next_hint(state: dict, kata) -> int:
     """Climb one rung of the hint ladder (staying on the last) and return the rung to show, 1-based."""
-    state = load_state()
     record = record_of(state, kata)
     level = min(record["hints"] + 1, len(kata.hints))
     record["hints"] = max(record["hints"], level)
-    save_state(state)
     return level
 
 
-def reveal(kata, force: bool) -> None:
+def reveal(state: dict, kata, force: bool) -> None:
     """Allow the solution once the kata is solved; with force before that too, which is recorded."""
-    state = load_state()
     record = record_of(state, kata)
     if record.get("solved"):
         return
@@ -245,7 +355,6 @@ def reveal(kata, force: bool) -> None:
         raise UserError(f"kata {kata.key} is not solved yet; `make check N={kata.key}` must pass first "
                         f"(or `make solution N={kata.key} FORCE=1` to reveal it anyway, which is recorded)")
     record["revealed_unsolved"] = now()
-    save_state(state)
 
 
 @dataclass(frozen=True)

@@ -1,29 +1,57 @@
-"""Run a loop file for a short training and stream what happens as JSON lines on stdout.
+"""Run a loop file for a short training and report what happens as JSON lines on a channel of its own.
 
     python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
-                                     [--task sum] [--hf-model MODEL]
+                                     [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M]
 
 The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
-reference it is compared with. Events: {"event": "step", ...stats} (with the seconds the step took),
-{"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the settings are
-wrong; with "setting" and "problem" when RunConfig refused one) and {"event": "crash", "type", "message",
-"where", "code"} (the loop's own code raised). The practice CLI draws these; the runner itself never prints
-anything else to stdout.
+reference it is compared with. Stdout and stderr belong to the loop: whatever it prints is left there for the
+caller to show. The runner's events go to file descriptor N (a pipe of the caller's: `make run` passes one), or
+to stdout when none is given. With --ack-fd M the runner waits after each event until the caller answers on M,
+which it does once it has read everything printed before the event: so the caller can tell which step each line
+was printed in, though the two travel apart (the wait is not counted in the step's seconds). Events:
+{"event": "step", ...stats} (with the seconds the step took), {"event": "done",
+"steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the settings are wrong; with
+"setting" and "problem" when RunConfig refused one) and {"event": "crash", "type", "message", "where", "code",
+"traceback"} (the loop's own code raised; the traceback starts at the first frame in the loop's file).
 """
 import argparse
 import json
+import os
+import re
 import sys
+import time
 import traceback
 from pathlib import Path
 
 import torch
 
 from grpo_katas.loader import TargetError, load_target
-from grpo_katas.runs import ConfigError, RunConfig, drive, drive_ranks, parse_overrides
+from grpo_katas.runs import ConfigError, RankFailed, RunConfig, drive, drive_ranks, parse_overrides
+
+events, ack = sys.stdout, None  # the channel, and the caller's answers; main() sets them from the flags
+waited = 0.0  # seconds spent waiting for the caller since the last step
 
 
 def emit(event: str, **fields) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    global waited
+    for stream in (sys.stdout, sys.stderr):  # what the loop printed before this event is in its pipe before it
+        stream.flush()
+    events.write(json.dumps({"event": event, **fields}) + "\n")
+    events.flush()
+    if ack is not None:
+        start = time.perf_counter()
+        os.read(ack, 1)  # the caller has read the output before this event (b"" when it is gone: go on)
+        waited += time.perf_counter() - start
+
+
+def step(stats: dict) -> None:
+    """A step of a run in this process: its seconds, measured from the last step, less the wait for the caller."""
+    global waited
+    stats = plain(stats)
+    if "seconds" in stats:
+        stats["seconds"] = max(0.0, stats["seconds"] - waited)
+    waited = 0.0
+    emit("step", **stats)
 
 
 def plain(stats: dict) -> dict:
@@ -38,18 +66,35 @@ def plain(stats: dict) -> dict:
     return out
 
 
-def crash_site(exc: BaseException, path: Path) -> tuple:
-    """(file:line, source line) of the deepest frame in the candidate's file, else of the deepest frame."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    mine = [f for f in frames if Path(f.filename).resolve() == path] or frames[-1:]
+def their_traceback(exc: BaseException, path: Path) -> str:
+    """The traceback as Python prints it, from the first frame in the loop's file on (the frames above it are
+    the runner's); a data-parallel rank's is the rank's own."""
+    if isinstance(exc, RankFailed):
+        lines = exc.trace.splitlines(keepends=True)
+        first = next((i for i, l in enumerate(lines) if l.startswith(f'  File "{path}"')), None)
+        return "".join(lines[:1] + lines[first:]) if first is not None else exc.trace
+    tb = exc.__traceback__
+    while tb is not None and Path(tb.tb_frame.f_code.co_filename).resolve() != path:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb or exc.__traceback__))
+
+
+FRAME = re.compile(r'^  File "(?P<file>.+)", line (?P<line>\d+), in .*\n(?:    (?P<code>.*)\n)?', re.MULTILINE)
+
+
+def crash_site(trace: str, path: Path) -> tuple:
+    """(file:line, source line) of the deepest frame in the loop's file, else of the deepest frame."""
+    frames = list(FRAME.finditer(trace))
+    mine = [f for f in frames if Path(f["file"]).resolve() == path] or frames[-1:]
     if not mine:
         return str(path), ""
     f = mine[-1]
-    return f"{f.filename}:{f.lineno}", (f.line or "").strip()
+    return f"{f['file']}:{f['line']}", (f["code"] or "").strip()
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description="run a GRPO loop briefly and stream its stats")
+    global events, ack
+    parser = argparse.ArgumentParser(description="run a GRPO loop briefly and report its stats as JSON events")
     parser.add_argument("file", help="a loop file implementing the contract (a kata, your copy, the reference)")
     parser.add_argument("--steps", type=int, default=30, help="training steps (default 30: a few seconds)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model, prompts and sampling (default 0)")
@@ -64,7 +109,14 @@ def main(argv=None) -> int:
     parser.add_argument("--nproc", type=int, default=1,
                         help="data-parallel ranks (default 1): 2 runs the loop as two gloo processes; every rank's "
                              "stats are reported, rank r's as key@r")
+    parser.add_argument("--events-fd", type=int, default=None,
+                        help="the file descriptor to write events to (default: stdout, shared with the loop's prints)")
+    parser.add_argument("--ack-fd", type=int, default=None,
+                        help="a file descriptor to wait on after each event, for one byte from the caller")
     args = parser.parse_args(argv)
+    if args.events_fd is not None:
+        events = os.fdopen(args.events_fd, "w")
+    ack = args.ack_fd
     torch.set_num_threads(1)  # the numbers a brief cites, on any machine: float sums differ with the thread count
     path = Path(args.file).resolve()
     try:
@@ -83,17 +135,18 @@ def main(argv=None) -> int:
         emit("error", message=str(exc))
         return 2
     try:
-        if run.nproc > 1:
+        if run.nproc > 1:  # each rank times its own steps, never waiting for the caller
             drive_ranks(path, run, lambda stats: emit("step", **plain(stats)))
         else:
-            drive(grpo, run, lambda stats: emit("step", **plain(stats)))
+            drive(grpo, run, step)
     except ConfigError as exc:  # building the run (a model that cannot load), before the loop's code runs
         emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
         return 2
-    except BaseException as exc:  # the candidate's code: show it as their error, briefly
-        where, code = crash_site(exc, path)
+    except BaseException as exc:  # the candidate's code: show it as their error, with their traceback
+        trace = their_traceback(exc, path)
+        where, code = crash_site(trace, path)
         emit("crash", type=type(exc).__name__, message=str(exc).splitlines()[0] if str(exc) else "",
-             where=where, code=code)
+             where=where, code=code, traceback=trace)
         return 1
     emit("done", steps=args.steps)
     return 0

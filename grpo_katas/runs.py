@@ -17,12 +17,14 @@ the two to the same numbers.
 """
 import dataclasses
 import inspect
+import math
 import time
 import typing
 from dataclasses import dataclass, field
 
 import torch
 
+from grpo_katas import yes_or_no
 from lab import ModelConfig, TinyLM, make_task
 from lab.tasks import TASKS
 from lab.text import task_names as text_task_names
@@ -49,11 +51,55 @@ MODEL_HELP = {
 
 
 class ConfigError(ValueError):
-    """A run setting that cannot work; `setting` names it so that each front end can name its own flag."""
+    """A run setting that cannot work; `setting` names it so that each front end can name its own flag (a
+    GRPOConfig override is `grpo.NAME`, set with --set NAME=VALUE)."""
 
     def __init__(self, setting: str, problem: str):
-        super().__init__(f"{setting} {problem}")
+        super().__init__(f"{setting.removeprefix('grpo.')} {problem}")
         self.setting, self.problem = setting, problem
+
+
+def flag_words(setting: str, problem: str) -> str:
+    """A setting's error in the words of the flag that sets it: `--steps must be at least 1, got -5`, `--set beta
+    must be a finite number, 0 or more (0 drops the KL term), got -1.0`."""
+    if setting.startswith("grpo."):
+        return f"--set {setting[5:]} {problem}"
+    if setting in {f.name for f in dataclasses.fields(RunConfig)} - {"model", "grpo"}:
+        return f"--{setting.replace('_', '-')} {problem}"
+    return f"{setting} {problem}"
+
+
+def _number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+MAX_GROUP = 1024   # completions per prompt; more only exhausts memory and time on any machine this runs on
+PROMPT_ROOM = 16   # positions of the lab model kept for the prompt (the lab tasks' prompts take at most 4)
+
+# What a GRPOConfig override may be, checked where a run's settings enter (SET=, --set, a saved run): a value that
+# would crash the loop, hang it or quietly make the run meaningless is refused in one line. (check, the rule in
+# words); a check takes the value and the RunConfig. Settings not named here are left to the loop's own GRPOConfig.
+GRPO_RULES = {
+    "group_size": (lambda v, r: isinstance(v, int) and 2 <= v <= MAX_GROUP,
+                   f"must be from 2 (a group of one has no baseline) to {MAX_GROUP}"),
+    "max_new_tokens": (lambda v, r: isinstance(v, int) and 1 <= v and (r.hf_model or v <= r.model.max_len - PROMPT_ROOM),
+                       "must be from 1 to {top} (the lab model holds {max_len} positions; prompts take up to "
+                       f"{PROMPT_ROOM})"),
+    "num_iterations": (lambda v, r: isinstance(v, int) and v >= 1, "must be at least 1 (updates per batch)"),
+    "grad_accum_steps": (lambda v, r: isinstance(v, int) and 1 <= v <= r.batch_size,
+                         "must be from 1 to the batch size, {batch} (each micro-batch holds at least one group)"),
+    "temperature": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
+    "beta": (lambda v, r: _number(v) and v >= 0, "must be a finite number, 0 or more (0 drops the KL term)"),
+    "clip_eps": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
+    "clip_eps_high": (lambda v, r: v is None or (_number(v) and v > 0),
+                      "must be none (the same as clip_eps) or a finite number above 0"),
+    "is_cap": (lambda v, r: v is None or (_number(v) and v >= 1),
+               "must be none (no correction) or a finite number of at least 1 (a cap below 1 would shrink even a "
+               "token the policy sampled itself, whose weight is 1)"),
+    "adv_eps": (lambda v, r: _number(v) and v >= 0, "must be a finite number, 0 or more"),
+    "lr": (lambda v, r: _number(v) and v >= 0, "must be a finite number, 0 or more"),
+    "max_grad_norm": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
+}
 
 
 def _help(text: str) -> dict:
@@ -107,6 +153,11 @@ class RunConfig:
         m = self.model
         if min(m.d_model, m.n_layer, m.n_head) < 1 or m.d_model % m.n_head:
             raise ConfigError("model", f"needs positive sizes and n_head dividing d_model, got {m}")
+        for name, value in self.grpo.items():
+            check, rule = GRPO_RULES.get(name, (lambda v, r: True, ""))
+            if not check(value, self):
+                rule = rule.format(top=m.max_len - PROMPT_ROOM, max_len=m.max_len, batch=self.batch_size)
+                raise ConfigError(f"grpo.{name}", f"{rule}, got {value!r}")
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunConfig":
@@ -132,7 +183,7 @@ def parse_overrides(pairs, cls) -> dict:
             out[key] = None
             continue
         try:
-            out[key] = (raw.lower() in ("1", "true", "yes")) if kind is bool else kind(raw)
+            out[key] = yes_or_no(raw) if kind is bool else kind(raw)
         except ValueError:
             raise ValueError(f"{key} takes a {kind.__name__}{' or none' if optional else ''}, got {raw!r}") from None
     return out
@@ -252,8 +303,10 @@ def drive_ranks(path, run: RunConfig, on_step=lambda stats: None) -> list:
                 os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
                 dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=run.nproc)
                 drive(load_target(path), run, lambda stats: print(json.dumps({"step": stats}), file=out, flush=True))
-            except BaseException as exc:  # the loop's own crash, reported to the parent
-                print(json.dumps({"crash": f"{type(exc).__name__}: {exc}".splitlines()[0]}), file=out, flush=True)
+            except BaseException as exc:  # the loop's own crash, reported to the parent with its traceback
+                import traceback
+                print(json.dumps({"crash": f"{type(exc).__name__}: {exc}".splitlines()[0],
+                                  "trace": traceback.format_exc()}), file=out, flush=True)
                 code = 1
             out.close()
             os._exit(code)
@@ -273,7 +326,7 @@ def drive_ranks(path, run: RunConfig, on_step=lambda stats: None) -> list:
                     continue
                 event = json.loads(line)
                 if "crash" in event:
-                    crash = f"rank {i}: {event['crash']}"
+                    crash = (f"rank {i}: {event['crash']}", event.get("trace", ""))
                     break
                 steps[i].append(event["step"])
             while all(len(s) > len(history) for s in steps):
@@ -296,9 +349,13 @@ def drive_ranks(path, run: RunConfig, on_step=lambda stats: None) -> list:
             os.unlink(store)
         os.rmdir(folder)
     if crash is not None:
-        raise RankFailed(crash)
+        raise RankFailed(*crash)
     return history
 
 
 class RankFailed(RuntimeError):
-    """A data-parallel rank's loop raised; the message names the rank."""
+    """A data-parallel rank's loop raised; the message names the rank, `trace` is the rank's own traceback."""
+
+    def __init__(self, message: str, trace: str = ""):
+        super().__init__(message)
+        self.trace = trace

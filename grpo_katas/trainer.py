@@ -22,17 +22,20 @@ import contextlib
 import dataclasses
 import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from grpo_katas import REFERENCE
+from grpo_katas import REFERENCE, yes_or_no
 from grpo_katas.curves import PLOT_HINT, plot_png, summarize
 from grpo_katas.loader import load_target
-from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, frozen_reference, grpo_config,
-                             parse_overrides, resolve_device)
+from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, flag_words, frozen_reference,
+                             grpo_config, parse_overrides, resolve_device)
 from lab import ModelConfig
 
 
@@ -56,7 +59,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=self.cfg.lr)
         self.prompt_gen = torch.Generator().manual_seed(run.seed + self.rank)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(run.seed + self.rank)
-        self.step = 0
+        self.step, self.stopped = 0, False
         learner = self.policy
         if self.world > 1:  # gradients averaged over the ranks; the reference stays a local copy
             from torch.nn.parallel import DistributedDataParallel
@@ -135,14 +138,10 @@ class Trainer:
             save_atomic(state, self.out / "checkpoint.pt")
 
     @classmethod
-    def resume(cls, out: Path, steps: int | None = None) -> "Trainer":
-        path = out / "checkpoint.pt"
-        try:
-            state = torch.load(path, weights_only=False)
-            saved = state["config"]
-        except Exception as exc:  # torch says "PytorchStreamReader failed ..." and the like; say what to do
-            raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated; "
-                             f"delete it to start the run afresh, or resume from a copy of a good one") from None
+    def resume(cls, out: Path, steps: int | None = None, state: dict | None = None) -> "Trainer":
+        """The run in `out` from its checkpoint (`state`, when it is loaded already), with a new target of `steps`."""
+        state = state or load_checkpoint(out / "checkpoint.pt")
+        saved = state["config"]
         run = RunConfig.from_dict({**saved["run"], "grpo": saved["grpo"],
                                    **({"steps": steps} if steps is not None else {})})
         trainer = cls(run, out)
@@ -151,8 +150,9 @@ class Trainer:
             keep_metrics(out / "metrics.jsonl", trainer.step)
         return trainer
 
-    def fit(self, on_step=lambda stats: None) -> list:
-        """Train up to run.steps, writing metrics and checkpoints under out when there is one."""
+    def fit(self, on_step=lambda stats: None, stop=lambda: False) -> list:
+        """Train up to run.steps, writing metrics and checkpoints under out when there is one. `stop()` is asked
+        after each step (every rank must agree, so all ask); when it says so, the run checkpoints and returns."""
         history = []
         writes = self.out is not None and self.rank == 0
         if writes:
@@ -164,10 +164,33 @@ class Trainer:
             if writes:
                 with open(self.out / "metrics.jsonl", "a") as f:
                     f.write(json.dumps(stats) + "\n")
-            if self.out is not None and (self.step % self.run.checkpoint_every == 0 or self.step == self.run.steps):
+            self.stopped = self.agree(stop())
+            if self.out is not None and (self.step % self.run.checkpoint_every == 0 or self.step == self.run.steps
+                                         or self.stopped):
                 self.checkpoint()
             on_step(stats)
+            if self.stopped:
+                break
         return history
+
+    def agree(self, flag: bool) -> bool:
+        """True on every rank when any rank's flag is (one tiny all-reduce on several ranks)."""
+        if self.world == 1:
+            return flag
+        import torch.distributed as dist
+        t = torch.tensor([float(flag)], device=self.device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return bool(t.item())
+
+
+def load_checkpoint(path: Path) -> dict:
+    try:
+        state = torch.load(path, weights_only=False)
+        state["config"]["run"], state["config"]["grpo"]  # a checkpoint of another shape is as good as damaged
+        return state
+    except Exception as exc:  # torch says "PytorchStreamReader failed ..." and the like; say what to do
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated; "
+                         f"delete it to start the run afresh, or resume from a copy of a good one") from None
 
 
 def join_ranks(device: torch.device) -> tuple:
@@ -186,11 +209,67 @@ def join_ranks(device: torch.device) -> tuple:
     return dist.get_rank(), dist.get_world_size(), device
 
 
+def read_metrics(path: Path) -> list:
+    """The steps metrics.jsonl holds, in order; a line that is not a step's JSON is named in a ValueError."""
+    out = []
+    for i, line in enumerate(path.read_text().splitlines() if path.exists() else [], 1):
+        try:
+            out.append(json.loads(line))
+            int(out[-1]["step"])
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}, line {i}, is not a step's metrics; the run's metrics are damaged") from None
+    return out
+
+
 def keep_metrics(path: Path, upto: int) -> None:
     """Drop metric lines written after the checkpoint, so a resumed run neither loses nor repeats a step."""
     if path.exists():
-        lines = [l for l in path.read_text().splitlines() if l and json.loads(l)["step"] <= upto]
-        path.write_text("".join(l + "\n" for l in lines))
+        path.write_text("".join(json.dumps(m) + "\n" for m in read_metrics(path) if m["step"] <= upto))
+
+
+def check_out(out: Path, resume: bool) -> None:
+    """Refuse an OUT that would lose a run or cannot hold one, in one line: a file, a folder that is not empty
+    (unless resuming it), a folder that cannot be written."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; give a folder (a new one, or a run's with --resume)")
+    if resume:
+        if not (out / "checkpoint.pt").is_file():
+            raise ValueError(f"--resume needs --out pointing at a run with a checkpoint.pt; {out} has none")
+    elif out.is_dir() and any(out.iterdir()):
+        holds = sorted(p.name for p in out.iterdir() if p.name in ("checkpoint.pt", "metrics.jsonl", "config.json"))
+        raise ValueError(f"--out {out} is not empty" + (f" (it holds a run: {', '.join(holds)}); continue it with "
+                                                        f"--resume (RESUME=1), or" if holds else ";")
+                         + " give a new folder, so that nothing is overwritten")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"--out {out} cannot be written: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out} cannot be written: Permission denied")
+
+
+def check_resume(a, saved: dict) -> None:
+    """A resumed run continues as it was set up: a flag that would change it (--steps aside: a new target) is
+    refused, naming what differs, rather than silently ignored."""
+    run, grpo = saved["run"], saved["grpo"]
+    differ = [f"--{k.replace('_', '-')} ({run[k]} in the run, {v} given)" for k, v in given_settings(a).items()
+              if k not in ("steps", "nproc") and v != run.get(k)]
+    differ += [f"--{k.replace('_', '-')} ({run['model'][k]} in the run, {v} given)" for k, v in given_model(a).items()
+               if v != run["model"].get(k)]
+    differ += [f"--set {k} ({grpo.get(k)} in the run, {v} given)" for k, v in
+               parse_overrides(a.set, load_target(REFERENCE).GRPOConfig).items() if v != grpo.get(k)]
+    if differ:
+        raise ValueError(f"--resume continues {a.out} as it was set up; it cannot change {', '.join(differ)}: "
+                         f"start a new run with another --out for that")
+
+
+def given_settings(a) -> dict:
+    return {f.name: getattr(a, f.name) for f in dataclasses.fields(RunConfig)
+            if f.name not in ("model", "grpo") and getattr(a, f.name) is not None}
+
+
+def given_model(a) -> dict:
+    return {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) is not None}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -202,7 +281,8 @@ def parser() -> argparse.ArgumentParser:
         if f.name in ("model", "grpo"):
             continue
         if f.type in (bool, "bool"):
-            p.add_argument(flag, action="store_true", default=None, help=f.metadata["help"])
+            p.add_argument(flag, nargs="?", const=True, default=None, type=yes_or_no, metavar="YES",
+                           help=f.metadata["help"] + " (--compile=no or 0 means no)")
         else:
             p.add_argument(flag, type=type(f.default), default=None, help=f.metadata["help"])
     for name, text in MODEL_HELP.items():
@@ -211,19 +291,17 @@ def parser() -> argparse.ArgumentParser:
                    help=f"GRPOConfig overrides on top of the practice defaults ({practice}), e.g. beta=0.1 "
                         "lr=3e-3: to see what a setting does to the curves; unknown keys are rejected")
     p.add_argument("--out", type=Path, default=None,
-                   help="a folder for config.json, metrics.jsonl, curve.png and checkpoint.pt: give one to keep a "
-                        "run, plot it later or resume it")
-    p.add_argument("--resume", action="store_true",
-                   help="continue the run in --out exactly where its checkpoint left it (--steps sets a new "
-                        "target): after a crash, or to train longer")
+                   help="a new (or empty) folder for config.json, metrics.jsonl, curve.png and checkpoint.pt: give "
+                        "one to keep a run, plot it later or resume it; a folder that holds anything is refused "
+                        "unless --resume")
+    p.add_argument("--resume", nargs="?", const=True, default=False, type=yes_or_no, metavar="YES",
+                   help="continue the run in --out exactly where its checkpoint left it, as it was set up (--steps "
+                        "sets a new target; other settings are refused): after a crash or Ctrl-C, or to train "
+                        "longer (--resume=no or 0 means no)")
     return p
 
 
-def flag_error(exc: ConfigError) -> str:
-    """A setting's error in the words of the flag that sets it: `--steps must be at least 1, got -5`."""
-    if exc.setting in {f.name for f in dataclasses.fields(RunConfig)} - {"model", "grpo"}:
-        return f"--{exc.setting.replace('_', '-')} {exc.problem}"
-    return str(exc)
+STOP_FILE = "GRPO_KATAS_STOP_FILE"  # where launch_ranks asks its ranks to stop after their step
 
 
 def launch_ranks(nproc: int, argv: list) -> int:
@@ -239,7 +317,41 @@ def launch_ranks(nproc: int, argv: list) -> int:
             rest.append(word)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "grpo_katas.trainer", *rest]
-    return subprocess.call(cmd, env={**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    # Ctrl-C reaches this process alone (torchrun gets a session of its own, and would report the signal with a
+    # traceback): the first asks the ranks, through a file they look for after each step, to stop with a
+    # checkpoint; a second ends torchrun and its ranks at once.
+    stop = Path(tempfile.mkdtemp(prefix="grpo-train-")) / "stop"
+    env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"), STOP_FILE: str(stop)}
+    ranks = subprocess.Popen(cmd, env=env, start_new_session=True)
+    interrupted = False
+    try:
+        while True:
+            try:
+                code = ranks.wait()
+                return 130 if interrupted else code
+            except KeyboardInterrupt:
+                if interrupted:
+                    os.killpg(ranks.pid, signal.SIGTERM)
+                    continue
+                interrupted = True
+                stop.touch()
+                print("stopping after this step, with a checkpoint (Ctrl-C again stops at once, without one)",
+                      flush=True)
+    finally:
+        shutil.rmtree(stop.parent, ignore_errors=True)
+
+
+def setup(a) -> "Trainer":
+    """The trainer the flags describe: a new run, or the run in --out resumed; ValueError says what is wrong."""
+    if a.out is not None:
+        check_out(a.out, a.resume)
+    if a.resume:
+        state = load_checkpoint(a.out / "checkpoint.pt")
+        check_resume(a, state["config"])
+        return Trainer.resume(a.out, a.steps, state)
+    grpo = parse_overrides(a.set, load_target(REFERENCE).GRPOConfig)
+    run = RunConfig(**given_settings(a), model=ModelConfig(**given_model(a)), grpo=grpo)
+    return Trainer(run, a.out)
 
 
 def main(argv=None) -> int:
@@ -253,55 +365,79 @@ def main(argv=None) -> int:
     if "WORLD_SIZE" in os.environ:
         a.nproc = int(os.environ["WORLD_SIZE"])
     console = Console(highlight=False, quiet=int(os.environ.get("RANK", "0")) != 0)  # rank 0 speaks for all
+    if a.resume and a.out is None:
+        console.print("[red]error:[/] --resume needs --out pointing at a run with a checkpoint.pt")
+        return 2
     try:
-        if a.resume:
-            if a.out is None or not (a.out / "checkpoint.pt").exists():
-                raise ValueError("--resume needs --out pointing at a run with a checkpoint.pt")
-            trainer = Trainer.resume(a.out, a.steps)
-            console.print(f"resuming {a.out} at step {trainer.step} of {trainer.run.steps}")
-        else:
-            given = {f.name: getattr(a, f.name) for f in dataclasses.fields(RunConfig)
-                     if f.name not in ("model", "grpo") and getattr(a, f.name) is not None}
-            model = {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) is not None}
-            grpo = parse_overrides(a.set, load_target(REFERENCE).GRPOConfig)
-            run = RunConfig(**given, model=ModelConfig(**model), grpo=grpo)
-            trainer = Trainer(run, a.out)
+        trainer = setup(a)
     except ConfigError as exc:
-        console.print(f"[red]error:[/] {escape(flag_error(exc))}")
+        console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}")
         return 2
     except (ValueError, TypeError) as exc:
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
+    except KeyboardInterrupt:
+        console.print("interrupted before the first step; nothing was written")
+        return 130
     run = trainer.run
-    console.print(f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "
+    console.print(("resuming {} at step {} of {}; ".format(a.out, trainer.step, run.steps) if a.resume else "")
+                  + f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "
                   f"G={trainer.cfg.group_size}, model "
                   + (escape(run.hf_model) if run.hf_model else f"{run.model.n_layer}x{run.model.d_model}"))
     cols = [TextColumn("step {task.completed:.0f}/{task.total:.0f}"), BarColumn(),
             TextColumn("{task.fields[line]}"), TimeRemainingColumn()]
-    start = time.perf_counter()
-    with Progress(*cols, console=console) as progress:
-        bar = progress.add_task("train", total=run.steps, completed=trainer.step, line="")
+    start, asked = time.perf_counter(), []
 
-        def show(s):
-            line = (f"reward {s['reward_mean']:.3f} (max {s['reward_max']:.2f}) | kl {s['kl']:.4f} | "
-                    f"loss {s['loss']:+.4f} | clip {s['clip_frac']:.2f} | {s['tokens_per_s']:,.0f} tok/s")
-            progress.update(bar, completed=s["step"], line=line)
-            if s["step"] % max(1, run.steps // 10) == 0:
-                progress.console.print(f"step {s['step']:4d} | {line}")
+    def on_ctrl_c(signum, frame):  # the first Ctrl-C ends the run after this step, checkpointed; a second at once
+        if asked:
+            raise KeyboardInterrupt
+        asked.append(True)
+        console.print("stopping after this step" + (", with a checkpoint" if trainer.out else "")
+                      + " (Ctrl-C again stops at once, without one)")
+    signal.signal(signal.SIGINT, on_ctrl_c)
+    try:
+        with Progress(*cols, console=console) as progress:
+            bar = progress.add_task("train", total=run.steps, completed=trainer.step, line="")
 
-        history = trainer.fit(show)
+            def show(s):
+                line = (f"reward {s['reward_mean']:.3f} (max {s['reward_max']:.2f}) | kl {s['kl']:.4f} | "
+                        f"loss {s['loss']:+.4f} | clip {s['clip_frac']:.2f} | {s['tokens_per_s']:,.0f} tok/s")
+                progress.update(bar, completed=s["step"], line=line)
+                if s["step"] % max(1, run.steps // 10) == 0:
+                    progress.console.print(f"step {s['step']:4d} | {line}")
+
+            history = trainer.fit(show, stop=lambda: bool(asked) or os.path.exists(os.environ.get(STOP_FILE, "")))
+    except KeyboardInterrupt:
+        console.print(f"stopped at once during step {trainer.step + 1}"
+                      + (f"; {trainer.out} keeps its last checkpoint" if trainer.out else ""))
+        return 130
+    return report(console, trainer, history, time.perf_counter() - start)
+
+
+def report(console, trainer: "Trainer", history: list, seconds: float) -> int:
+    """Where the reward went over the whole run (a resumed one included: metrics.jsonl holds every step), and
+    curve.png of it; exit status 130 when Ctrl-C stopped the run."""
+    from rich.markup import escape
+    run, out = trainer.run, trainer.out
     if not history:
-        console.print("nothing to do: the run is already at its last step")
+        console.print(f"nothing to do: the run is at its last step, {trainer.step} of {run.steps}; --steps (STEPS=) "
+                      f"sets a new target")
         return 0
+    if out is not None and trainer.rank == 0:
+        history = read_metrics(out / "metrics.jsonl")
     s = summarize(history, target=run.target_reward)
-    console.print(f"reward {s.first:.3f} -> {s.last:.3f} (mean of the first and last 5 steps) in "
-                  f"{time.perf_counter() - start:.1f} s; "
+    console.print(f"reward {s.first:.3f} -> {s.last:.3f} (mean of the first and last 5 steps of {history[-1]['step']}; "
+                  f"{seconds:.1f} s this session); "
                   + (f"5-step mean reached {run.target_reward} at step {s.reached}" if s.reached else
                      f"5-step mean never reached {run.target_reward}"))
-    if trainer.out is not None:
-        drawn = plot_png({"reference": history}, trainer.out / "curve.png", f"make train: {run.task}")
-        console.print(f"written to {trainer.out}: config.json, metrics.jsonl, checkpoint.pt"
+    if out is not None:
+        drawn = plot_png({"reference": history}, out / "curve.png", f"make train: {run.task}")
+        console.print(f"written to {out}: config.json, metrics.jsonl, checkpoint.pt"
                       + (", curve.png" if drawn else f" ({escape(PLOT_HINT)})"))
+    if trainer.stopped:
+        console.print(f"stopped at step {trainer.step} of {run.steps}"
+                      + (f"; continue with --out {out} --resume (make train OUT=... RESUME=1)" if out else ""))
+        return 0 if STOP_FILE in os.environ else 130  # under launch_ranks, which says 130 for all of them
     return 0
 
 

@@ -1,5 +1,6 @@
 """The practice CLI, driven in subprocesses on a temporary copy of the repository. Run: pytest tests/test_cli.py"""
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -9,7 +10,7 @@ import pytest
 
 from grpo_katas import ROOT
 from grpo_katas.catalogue import CODEBASES, find_kata
-from tests.cli_helpers import ENV, cli, copy_of, fake_venv, interruptible, state
+from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, on_a_terminal, ours_raised, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -118,10 +119,12 @@ def test_a_corrupt_state_file_is_set_aside_and_work_is_kept(repo):
     assert list((repo / "work").glob("state.json.corrupt-*")) and copy_of(repo).read_text() == "my work\n"
 
 
-def test_run_shows_a_crash_as_the_candidates_own_error(repo):
+def test_run_shows_a_crash_as_the_candidates_own_error_with_their_traceback(repo):
     cli(repo, "kata", "9")
     code, out = cli(repo, "run", "9", "--steps", "12")
-    assert code == 1 and "your loop raised" in out and "grpo.py:" in out
+    assert code == 1 and "your loop raised RuntimeError at" in out and "grpo.py:" in out
+    trace = out[out.index("Traceback (most recent call last)"):]
+    assert f'File "{copy_of(repo, 9)}", line' in trace.splitlines()[1] and "probability tensor" in trace
 
 
 def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
@@ -138,12 +141,15 @@ def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     assert "0 of 1 bugs fixed" in seen and proc.returncode == 0 and "Traceback" not in seen + out
 
 
-def test_run_takes_config_overrides_and_rejects_unknown_keys(repo):
+def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo):
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
-    assert code == 0 and re.search(r"^ 2 ", out, re.MULTILINE)  # the table has a row for step 2
+    assert code == 0 and re.search(r"^2 ", out, re.MULTILINE)  # the table has a row for step 2
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
-    assert code == 1 and "unknown setting 'betta'" in out
+    assert code == 2 and out.startswith("error: cannot run work/01-kl-creep/grpo.py: unknown setting 'betta'")
+    code, out = cli(repo, "run", "1", "--steps", "2", "--set", "max_new_tokens=0")
+    assert code == 2 and out.strip() == ("error: --set max_new_tokens must be from 1 to 48 (the lab model holds 64 "
+                                         "positions; prompts take up to 16), got 0")
 
 
 def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
@@ -175,10 +181,10 @@ def test_run_refuses_a_step_count_below_one(repo, steps):
     assert code == 2 and out.strip() == f"error: --steps must be at least 1, got {steps}"
 
 
-def test_make_check_with_an_empty_n_says_which_kata_instead_of_checking_the_reference(repo):
-    fake_venv(repo)
-    r = subprocess.run(["make", "check", "N="], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
-    assert r.returncode == 2 and "which kata?" in r.stdout and "passed" not in r.stdout, r.stdout + r.stderr
+@pytest.mark.parametrize("args", [["check", "N="], ["check"]])
+def test_make_check_without_a_kata_or_a_target_says_which_kata_instead_of_checking_the_reference(repo, args):
+    code, out = make(repo, *args)
+    assert code == 2 and "which kata?" in out and "TARGET=" in out and "passed" not in out, out
 
 
 @pytest.mark.parametrize("text", ['{"katas": {"1": []}}', '{"katas": {"1": {"hints": "two"}}}',
@@ -201,7 +207,7 @@ def test_a_state_file_that_cannot_be_written_is_one_line_and_leaves_no_temporary
     r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "hint", "1"], cwd=repo, capture_output=True,
                        text=True, timeout=120, env=ENV, preexec_fn=small_files)
     assert r.returncode == 2 and r.stdout.startswith("error: cannot save your progress") and not r.stderr
-    assert sorted(p.name for p in (repo / "work").iterdir()) == ["01-kl-creep", "state.json"]
+    assert sorted(p.name for p in (repo / "work").iterdir()) == [".state.lock", "01-kl-creep", "state.json"]
     assert (repo / "work" / "state.json").read_text() == before
 
 
@@ -251,19 +257,191 @@ def test_run_shows_only_the_columns_a_loop_reports_and_marks_values_that_are_not
 
 
 def test_a_data_parallel_run_is_a_row_per_rank_not_a_column_per_rank():
-    from grpo_katas.cli import run_table
+    from grpo_katas.render import run_table
     rows = [{"step": s, "reward_mean": 0.1 * s, "kl": 0.0, "reward_mean@1": 0.2 * s, "kl@1": 0.01} for s in (1, 2)]
-    table = run_table(rows, "two ranks")
+    table = run_table(rows, "two ranks", width=80).renderables[-1]
     assert [c.header for c in table.columns] == ["step", "rank", "reward", "kl"] and table.row_count == 4
     assert list(table.columns[1].cells) == ["0", "1", "0", "1"] and list(table.columns[2].cells)[1] == "0.200"
 
 
-def test_every_metric_of_a_run_fits_an_80_column_terminal_uncut():
+def test_a_data_parallel_run_is_compared_by_its_mean_over_ranks_whichever_a_loop_logs():
+    """A loop that logs the mean over ranks on every rank and one that logs each rank's own compare as the same
+    quantity: the mean over ranks (rank 0's own reward differs from the mean, 0.4 against 0.5)."""
+    from grpo_katas.curves import summarize
+    from grpo_katas.render import over_ranks
+    global_mean = [{"step": s, "reward_mean": 0.5, "reward_mean@1": 0.5, "kl": 0.1, "kl@1": 0.3} for s in (1, 2)]
+    own = [{"step": s, "reward_mean": 0.4, "reward_mean@1": 0.6, "kl": 0.2, "kl@1": 0.2} for s in (1, 2)]
+    assert summarize(over_ranks(global_mean)).last == summarize(over_ranks(own)).last == pytest.approx(0.5)
+    assert summarize(over_ranks(own), "kl").last == pytest.approx(0.2) and over_ranks(own)[0]["step"] == 1
+
+
+ROW = {"step": 40, "reward_mean": 0.123, "reward_max": 1.0, "kl": 12.3456, "loss": -0.0123, "clip_frac": 0.12,
+       "grad_norm": 123.45, "adv_std": 0.94, "completion_len": 5.1, "ratio_dev": 0.006, "seconds": 1.16, "dt": 1.15}
+
+
+@pytest.mark.parametrize("width", [80, 64, 48, 30])
+def test_the_run_table_fits_the_terminal_with_the_briefs_columns_first_and_names_what_it_drops(width):
+    """Columns are dropped whole, never cut, the ones the brief cites last; the loop's own step time (the script
+    codebase's dt) never makes a second time column."""
     from rich.console import Console
-    from grpo_katas.cli import run_table
-    row = {"step": 40, "reward_mean": 0.123, "reward_max": 1.0, "kl": 12.3456, "loss": -0.0123, "clip_frac": 0.12,
-           "grad_norm": 123.45, "adv_std": 0.94, "completion_len": 5.1, "ratio_dev": 0.006, "seconds": 1.16}
-    console = Console(width=80, record=True)
-    console.print(run_table([row], "kata 14: work/14-timid-updates/grpo.py"))
-    text = console.export_text()
-    assert "…" not in text and "12.3456" in text and "-0.0123" in text and "123.45" in text, text
+    from grpo_katas.render import RUN_COLUMNS, run_table
+    console = Console(width=width, record=True)
+    console.print(run_table([ROW], "kata 14: work/14-timid-updates/grpo.py", width=width, cited=("adv_std", "kl")))
+    lines = console.export_text().splitlines()
+    header = next(l for l in lines if l.startswith("step"))
+    assert "…" not in "".join(lines) and max(map(len, lines)) <= width and "dt" not in header.split()
+    assert "adv std" in header and "kl" in header.split() and "12.3456" in "".join(lines)
+    dropped = [h for k, h, _ in RUN_COLUMNS if k in ROW and h not in header]
+    note = " ".join(lines[1:lines.index(header)])
+    assert (width == 80) == (not dropped) and all(h in note for h in dropped) and "dt" not in note
+
+
+PRINTING_LOOP = '''
+import sys
+from dataclasses import dataclass
+
+print("imported")
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    group_size: int = 8
+    max_new_tokens: int = 8
+    num_iterations: int = 1
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log):
+    for step in range(1, steps + 1):
+        print(f"to stdout at step {step}")
+        print(f"to stderr at step {step}", file=sys.stderr)
+        print('{"event": "done", "steps": 0}')  # the runner's words, printed by the loop: output like any other
+        for i in range(500):
+            print(f"hot {step}.{i}")
+        log({"reward_mean": 0.1 * step, "kl": 0.0, "loss": 1.0})
+'''
+
+
+def test_run_shows_what_the_loop_prints_by_step_capped_with_all_of_it_in_run_log(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(PRINTING_LOOP)
+    code, out = cli(repo, "run", "2", "--steps", "3")
+    assert code == 0 and re.search(r"^3 +0.300 ", out, re.MULTILINE), out  # the events came through whole
+    for step in (1, 2, 3):
+        assert f"{step:>4} │ to stdout at step {step}" in out and f"{step:>4} │ to stderr at step {step}" in out
+        assert f'{step:>4} │ {{"event": "done", "steps": 0}}' in out
+        assert re.search(rf"… 48\d more lines in step {step} \(all in work/02-reward-slide/run.log\)", out)
+    assert "   1 │ imported" in out and len(out.splitlines()) < 120
+    log = (copy_of(repo, 2).parent / "run.log").read_text()
+    assert "hot 3.499" in log and "to stderr at step 3" in log
+
+
+def test_run_writes_curves_it_cannot_save_as_one_line_after_the_run(repo):
+    pytest.importorskip("matplotlib")
+    cli(repo, "kata", "2")
+    (copy_of(repo, 2).parent / "run.png").mkdir()  # what stands where run.png goes cannot be written, even as root
+    code, out = cli(repo, "run", "2", "--steps", "2")
+    assert code == 0 and "cannot write work/02-reward-slide/run.png" in out and "healthy:" in out
+
+
+def test_check_on_any_file_prints_the_component_table_never_the_checks_source(repo):
+    code, out = make(repo, "check", "TARGET=katas/07-flat-kl/grpo.py")  # make's own status for a failure is 2
+    assert code == 2 and "component" in out and "training" in out and "45 of 46 checks pass" in out, out
+    assert "checks/test_" not in out and "assert " not in out and "def test" not in out
+    code, out = make(repo, "check", "TARGET=katas")
+    assert code == 2 and out.strip() == "error: katas: a folder, not a file"
+
+
+@pytest.mark.parametrize("force", ["no", "0", "false"])
+def test_force_no_means_no(repo, force):
+    code, out = make(repo, "solution", "N=1", f"FORCE={force}")
+    assert code == 2 and "not solved yet" in out and "kl-sign-flipped" not in out
+    assert not (repo / "work" / "state.json").exists()  # nothing recorded
+    code, out = make(repo, "solution", "N=1", "FORCE=maybe")
+    assert code == 2 and len(out.strip().splitlines()) == 1 and "'maybe'" in out
+
+
+def test_yes_no_means_no(repo):
+    cli(repo, "kata", "1")
+    copy_of(repo).write_text("my work\n")
+    code, out = make(repo, "reset", "N=1", "YES=no")
+    assert code == 2 and "asks for confirmation" in out and copy_of(repo).read_text() == "my work\n"
+
+
+def test_a_working_copy_that_is_a_folder_is_one_line_and_reset_keeps_it(repo):
+    (repo / "work" / "01-kl-creep" / "grpo.py").mkdir(parents=True)
+    (repo / "work" / "01-kl-creep" / "grpo.py" / "notes.txt").write_text("mine")
+    for command in ("check", "run", "kata"):
+        code, out = cli(repo, command, "1")
+        assert code == 2 and "work/01-kl-creep/grpo.py is a folder, not your working copy" in out, out
+    code, out = cli(repo, "reset", "1", "--yes")
+    assert code == 0 and copy_of(repo).is_file()
+    kept = list((repo / "work" / "01-kl-creep" / "backups").glob("*/notes.txt"))
+    assert [k.read_text() for k in kept] == ["mine"]
+
+
+def test_a_work_folder_that_cannot_be_written_is_one_line(repo):
+    (repo / "work").write_text("")  # a file where work/ should be: no user can write into it, root included
+    for args in (["kata", "1"], ["hint", "1"], ["reset", "1", "--yes"], ["list"]):
+        code, out = cli(repo, *args)
+        assert code == 2 and out.startswith("error: cannot ") and len(out.strip().splitlines()) == 1, (args, out)
+
+
+def test_a_kata_folder_that_cannot_be_written_is_one_line(repo):
+    (repo / "work").mkdir()
+    (repo / "work" / "01-kl-creep").write_text("")
+    for args in (["kata", "1"], ["reset", "1", "--yes"]):
+        code, out = cli(repo, *args)
+        assert code == 2 and out.startswith("error: cannot write work/01-kl-creep"), (args, out)
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_work_folder_is_one_line(repo):
+    (repo / "work").mkdir(mode=0o555)
+    code, out = cli(repo, "kata", "1")
+    assert code == 2 and "Permission denied" in out and len(out.strip().splitlines()) == 1
+
+
+def test_a_start_time_that_is_not_a_time_is_set_aside_and_two_in_one_second_are_both_kept(repo):
+    cli(repo, "kata", "1")
+    texts = ['{"katas": {"1": {"hints": 0, "started": "yesterday"}}}', '{"katas": {"1": {"hints": 0, '
+             '"started": "2024-01-01T00:00:00"}}}']  # the second has no timezone
+    for text in texts:
+        (repo / "work" / "state.json").write_text(text)
+        code, out = cli(repo, "list")
+        assert code == 0 and "set aside" in out
+    assert sorted(p.read_text() for p in (repo / "work").glob("state.json.corrupt-*")) == sorted(texts)
+
+
+def test_two_commands_changing_progress_at_once_lose_nothing(repo):
+    """Each change is made on the state as it is under the lock: 2 x 40 changes at once give 80."""
+    script = ("from grpo_katas import progress\n"
+              "for _ in range(40):\n"
+              "    with progress.update() as s:\n"
+              "        s['katas'].setdefault('1', {'hints': 0})['hints'] += 1\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script], cwd=repo, env=ENV) for _ in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    assert state(repo)["katas"]["1"]["hints"] == 80
+
+
+@pytest.mark.timeout(180)
+def test_hints_taken_while_a_check_runs_are_kept(repo):
+    cli(repo, "kata", "1")
+    shutil.copyfile(repo / "solutions" / "grpo.py", copy_of(repo))
+    check = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "check", "1"], cwd=repo, env=ENV,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for _ in range(3):
+        assert cli(repo, "hint", "1")[0] == 0
+    out, _ = check.communicate(timeout=170)
+    record = state(repo)["katas"]["1"]
+    assert check.returncode == 0 and "Solved" in out and record["hints"] == 3 and record["solved"]
+
+
+@pytest.mark.timeout(180)
+def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_not_a_failure(repo):
+    """A spinner while the checks run, though pytest holds the process's stdout while it runs them."""
+    cli(repo, "kata", "1")
+    code, text = on_a_terminal(repo, ["check", "1"])
+    assert code == 1 and "the hidden checks on work/01-kl-creep/grpo.py" in text and "component" in text
+    assert text.index("the hidden checks on") < text.index("component")
+    code, text = on_a_terminal(repo, ["check", "1"], until="the hidden checks on")
+    assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text

@@ -59,17 +59,15 @@ def test_the_scheduler_leans_towards_missed_classes():
         assert chosen == ["adv-biased-std"]
 
 
-def test_an_attempt_moves_its_classes_between_boxes(monkeypatch):
-    monkeypatch.setattr(drills, "load_state", lambda: state)
-    monkeypatch.setattr(drills, "save_state", lambda s: None)
+def test_an_attempt_moves_its_classes_between_boxes():
     state = {"katas": {}, "classes": {"kl-sign-flipped": {"box": 2, "attempts": []}}}
     kata = type("K", (), {"drill": True, "key": "d1", "bugs": ("kl-sign-flipped", "loss-pg-sign"), "minutes": 20})
-    drills.record_attempt(kata, ["kl-sign-flipped", "loss-pg-sign"], seconds=300, hints=0, revealed=False)
+    drills.record_attempt(state, kata, ["kl-sign-flipped", "loss-pg-sign"], seconds=300, hints=0, revealed=False)
     assert state["classes"]["kl-sign-flipped"]["box"] == 3 and state["classes"]["loss-pg-sign"]["box"] == 1
-    drills.record_attempt(kata, [], seconds=300, hints=0, revealed=False)  # the same drill is filed once
+    drills.record_attempt(state, kata, [], seconds=300, hints=0, revealed=False)  # the same drill is filed once
     assert len(state["classes"]["kl-sign-flipped"]["attempts"]) == 1
     kata.key = "d2"
-    drills.record_attempt(kata, ["kl-sign-flipped"], seconds=3000, hints=0, revealed=False)  # slow: back to 0
+    drills.record_attempt(state, kata, ["kl-sign-flipped"], seconds=3000, hints=0, revealed=False)  # slow: to 0
     assert state["classes"]["kl-sign-flipped"]["box"] == 0 and state["classes"]["loss-pg-sign"]["box"] == 0
     assert state["classes"]["loss-pg-sign"]["due"] == state["classes"]["loss-pg-sign"]["attempts"][-1]["at"]  # at once
     rows = {r[0]: r for r in drills.stats(state)}
@@ -77,23 +75,47 @@ def test_an_attempt_moves_its_classes_between_boxes(monkeypatch):
 
 
 @pytest.mark.timeout(600)
-def test_a_drill_from_the_cli_is_a_kata_like_any_other(repo):
+def test_a_drill_from_the_cli_is_a_kata_like_any_other_named_d1_everywhere(repo, tmp_path):
     code, out = cli(repo, "drill", "--tier", "warm-up", "--seed", "3")
-    assert code == 0 and "Drill d1" in out and "make check N=d1" in out, out
-    brief = (repo / "work" / "drills" / "d01" / "BRIEF.md").read_text()
-    recipe = json.loads((repo / "work" / "drills" / "d01" / "drill.json").read_text())
-    assert recipe["bugs"][0] not in brief and recipe["codebase"] not in out
+    assert code == 0 and "kata d1: d1-drill" in out and "make check N=d1" in out and "work/d1-drill/grpo.py" in out
+    folder = repo / "work" / "drills" / "d1"
+    assert sorted(p.name for p in folder.iterdir()) == ["BRIEF.md", "drill.json", "grpo.py"]
+    assert not list((repo / "work").rglob("d01*")) and "d01" not in out
+    recipe = drills.unseal(json.loads((folder / "drill.json").read_text())["sealed"])
+    beside = " ".join(p.read_text() for p in [*folder.iterdir(), repo / "work" / "d1-drill" / "grpo.py"]
+                      if p.name != "grpo.py")
+    for answer in (*recipe["bugs"], recipe["codebase"], *(h[:40] for h in recipe["hints"])):
+        assert answer not in beside and answer not in out, answer  # nothing beside the copy gives the drill away
+    brief = (folder / "BRIEF.md").read_text()
+    paragraphs = brief.strip().split("\n\n")
+    assert paragraphs[0] == "# Drill d1" and paragraphs[1].startswith("A warm-up drill, drawn for you. ")
+    assert paragraphs[-1] == ("Your copy to edit is work/d1-drill/grpo.py (`make kata N=d1` shows this brief again); "
+                              "see the run with `make run N=d1` (a few seconds on a CPU), and check your fix with "
+                              "`make check N=d1`.")
     assert not any(c in brief.lower() for c in ("advantage", "sampler", "mask", "optimizer"))
     code, out = cli(repo, "drill", "--tier", "warm-up", "--seed", "3")
-    assert json.loads((repo / "work" / "drills" / "d02" / "drill.json").read_text())["bugs"] == recipe["bugs"]
+    assert drills.unseal(json.loads((repo / "work" / "drills" / "d2" / "drill.json").read_text())["sealed"])["bugs"] \
+        == recipe["bugs"]
     code, out = cli(repo, "check", "d1")
     assert code == 1 and "0 of 1 bugs fixed" in out
-    (repo / "work" / "d01-drill" / "grpo.py").write_text(CODEBASES[recipe["codebase"]].path.read_text())
+    (repo / "work" / "d1-drill" / "grpo.py").write_text(CODEBASES[recipe["codebase"]].path.read_text())
     code, out = cli(repo, "check", "d1")
     assert code == 0 and "Solved" in out
     code, out = cli(repo, "stats")
     assert code == 0 and recipe["bugs"][0][:10] in out
+    code, out = cli(repo, "solution", "d1")
+    assert code == 0 and f"drill d1: the {recipe['codebase']} codebase with {recipe['bugs'][0]}" in out
+    graded = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "d1", "work/d1-drill/grpo.py", str(tmp_path)],
+                            cwd=repo, capture_output=True, text=True, timeout=300)
+    assert graded.returncode == 0 and "kata d1: RESOLVED_FULL" in graded.stdout, graded.stdout + graded.stderr
     assert cli(repo, "check", "d9")[0] == 2
+
+
+def test_a_brief_uses_the_right_article_for_its_tier():
+    symptoms = [("kl", "last", 2.0, 0.5)]
+    assert drills.brief_text(symptoms, 1, "interview").startswith("An interview drill, drawn for you. On the default")
+    assert drills.brief_text(symptoms, 2, "warm-up").startswith("A warm-up drill")
+    assert drills.brief_text(symptoms, 2, "practice").endswith("There are 2 bugs in the loop; find and fix them.")
 
 
 def test_a_drill_state_of_the_wrong_shape_is_set_aside(repo):

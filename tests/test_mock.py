@@ -11,7 +11,7 @@ from datetime import datetime
 import pytest
 
 from grpo_katas.catalogue import find_kata
-from tests.cli_helpers import ENV, cli, interruptible
+from tests.cli_helpers import ENV, cli, interruptible, make, on_a_terminal
 
 
 def start_round(repo, *args):
@@ -63,21 +63,49 @@ def test_the_interviewers_sheet_names_the_bugs_and_the_rubric(repo):
     assert code == 0 and "adv-tiled-groups" in out and "root cause" in out and "hint 3" in out
 
 
-def test_the_bundle_runs_on_its_own_and_holds_no_answers(repo, tmp_path):
+@pytest.mark.timeout(600)
+def test_the_bundle_runs_on_its_own_shows_what_its_brief_says_and_holds_no_answers(repo, tmp_path):
+    from grpo_katas.symptoms import run_loop
     out_dir = tmp_path / "bundle"
     code, out = cli(repo, "bundle", "7", str(out_dir))
     assert code == 0
     files = sorted(str(p.relative_to(out_dir)) for p in out_dir.rglob("*") if p.is_file())
-    assert files == ["BRIEF.md", "README.md", "grpo.py", "lab/__init__.py", "lab/model.py", "lab/tasks.py"]
+    lab = [f"lab/{f.name}" for f in (repo / "lab").glob("*.py")]
+    assert files == sorted(["BRIEF.md", "README.md", "grpo.py", "run.py", *lab]) and "lab/model.py" in lab
     text = " ".join((out_dir / f).read_text() for f in files)
-    assert "train-ref-is-policy" not in text and "make check" not in text
+    assert "train-ref-is-policy" not in text and "make check" not in text and "python run.py" in text
     where = subprocess.run([sys.executable, "-c", "import lab; print(lab.__file__)"], cwd=out_dir, env=ENV,
                            capture_output=True, text=True, timeout=60).stdout
     assert str(out_dir) in where
-    run = subprocess.run([sys.executable, "grpo.py"], cwd=out_dir, env=ENV, capture_output=True, text=True,
+    run = subprocess.run([sys.executable, "run.py"], cwd=out_dir, env=ENV, capture_output=True, text=True,
                          timeout=300)
-    assert run.returncode == 0 and re.search(r"^step +40 \| reward", run.stdout, re.MULTILINE)
+    assert run.returncode == 0 and re.search(r"^step +40 \| reward_mean ", run.stdout, re.MULTILINE), run.stderr
+    # the run the brief describes, as make run makes it: its reward over the last 5 steps is the brief's 0.80
+    kata = find_kata(7)
+    history = run_loop(kata.loop, kata.run).history
+    first5, last5 = (sum(h["reward_mean"] for h in part) / 5 for part in (history[:5], history[-5:]))
+    assert f"reward_mean {first5:.4g} -> {last5:.4g}," in run.stdout and f"{last5:.2f}" == "0.80"
     assert cli(repo, "bundle", "7", str(out_dir))[0] == 2  # never overwrites
+
+
+@pytest.mark.timeout(300)
+def test_a_data_parallel_bundle_runs_on_two_ranks(repo, tmp_path):
+    code, _ = cli(repo, "bundle", "34", str(tmp_path / "b"))
+    run = subprocess.run([sys.executable, "run.py", "--steps", "2"], cwd=tmp_path / "b", env=ENV,
+                         capture_output=True, text=True, timeout=240)
+    assert code == 0 and run.returncode == 0 and "step   2 | rank 1 | reward_mean" in run.stdout, run.stderr
+
+
+def test_a_time_box_that_is_not_a_positive_number_is_refused_in_one_line(repo):
+    for minutes in ("-5", "0", "nan"):
+        code, out = cli(repo, "mock", "7", "--minutes", minutes)
+        assert code == 2 and len(out.strip().splitlines()) == 1 and "must be a number above 0" in out, out
+    assert not (repo / "work" / "state.json").exists()
+
+
+def test_grading_without_a_submission_is_a_usage_error(repo):
+    code, out = make(repo, "grade", "N=7", "OUT=graded")
+    assert code == 2 and out.strip().startswith("error: SUBMISSION is required") and not (repo / "graded").exists()
 
 
 def test_catalogue_text_in_brackets_is_shown_as_written(repo):
@@ -103,3 +131,9 @@ def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
     locked.mkdir(mode=0o555)
     code, out = cli(repo, "bundle", "7", str(locked / "bundle"))
     assert code == 2 and "cannot write the bundle" in out and "Permission denied" in out
+
+
+@pytest.mark.timeout(300)
+def test_grading_on_a_terminal_says_it_has_begun_before_the_checks_run(repo, tmp_path):
+    code, text = on_a_terminal(repo, ["7", "katas/07-flat-kl/grpo.py", str(tmp_path)], module="grpo_katas.grade")
+    assert code == 1 and text.index("grading katas/07-flat-kl/grpo.py against kata 7") < text.index("RESOLVED_NO")

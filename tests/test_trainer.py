@@ -168,3 +168,113 @@ def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
     history = [{"step": i, "reward_mean": 0.1 * i, "kl": 0.01 * i, "grad_norm": 1.0} for i in range(1, 6)]
     assert plot_png({"yours": history, "reference": history[:3]}, tmp_path / "run.png", "a title")
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("setting, problem", [
+    ("max_new_tokens=0", "must be from 1 to 48"), ("num_iterations=0", "must be at least 1"),
+    ("temperature=nan", "must be a finite number above 0"), ("group_size=100000", "must be from 2"),
+    ("clip_eps=-1", "must be a finite number above 0"), ("clip_eps_high=-3", "must be none"),
+    ("is_cap=0", "of at least 1"), ("beta=-1", "0 or more"), ("grad_accum_steps=17", "to the batch size, 16")])
+def test_a_setting_that_cannot_work_is_refused_where_it_enters(setting, problem):
+    """Each once crashed a run, hung it (group_size=100000) or was taken silently; now RunConfig refuses it."""
+    from grpo_katas.runs import ConfigError, flag_words
+    key = setting.split("=")[0]
+    with pytest.raises(ConfigError) as caught:
+        RunConfig(grpo=parse_overrides([setting], load_target(REFERENCE).GRPOConfig))
+    words = flag_words(caught.value.setting, caught.value.problem)
+    given, got = setting.split("=")[1], words.rsplit(", got ", 1)[1]
+    assert words.startswith(f"--set {key} ") and problem in words
+    assert got == given == "nan" or float(got) == float(given)
+
+
+def trainer(*args, env=None):
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", *args], cwd=ROOT, capture_output=True, text=True,
+                       timeout=300, env={**ENV, "COLUMNS": "300", **(env or {})})
+    assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
+    return r.returncode, (r.stdout + r.stderr).strip()
+
+
+TINY = ["--batch-size", "4", "--d-model", "16", "--n-layer", "1", "--n-head", "2", "--device", "cpu",
+        "--set", "group_size=4"]
+
+
+def test_a_run_in_out_is_never_overwritten_and_resume_continues_it_as_it_was_set_up(tmp_path):
+    out = tmp_path / "run with spaces"
+    assert trainer("--steps", "2", "--out", str(out), *TINY)[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    code, said = trainer("--steps", "4", "--out", str(out), *TINY)
+    assert code == 2 and len(said.splitlines()) == 1 and "is not empty (it holds a run" in said and "--resume" in said
+    code, said = trainer("--steps", "4", "--out", str(out), "--resume=no", *TINY)  # RESUME=no means no
+    assert code == 2 and "is not empty" in said
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    code, said = trainer("--steps", "4", "--out", str(out), "--resume", "--task", "copy", "--set", "beta=0.1")
+    assert code == 2 and len(said.splitlines()) == 1 and "--task (sum in the run, copy given)" in said
+    assert "--set beta (0.04 in the run, 0.1 given)" in said and {p.name: p.read_bytes() for p in out.iterdir()} == before
+    code, said = trainer("--steps", "4", "--out", str(out), "--resume", *TINY)  # the same settings again are fine
+    assert code == 0 and "mean of the first and last 5 steps of 4" in said, said  # the whole run, not steps 3-4
+    assert [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+
+
+def test_an_out_that_cannot_hold_a_run_is_one_line(tmp_path):
+    (tmp_path / "a-file").write_text("mine")
+    code, said = trainer("--steps", "1", "--out", str(tmp_path / "a-file"), *TINY)
+    assert code == 2 and said == f"error: --out {tmp_path / 'a-file'} is a file; give a folder (a new one, or a run's " \
+                                  f"with --resume)" and (tmp_path / "a-file").read_text() == "mine"
+    code, said = trainer("--steps", "1", "--out", str(tmp_path / "a-file" / "run"), *TINY)
+    assert code == 2 and said.startswith("error: --out") and "cannot be written: Not a directory" in said
+
+
+@pytest.mark.skipif(__import__("os").geteuid() == 0, reason="root writes into read-only folders")
+def test_a_read_only_out_is_one_line(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o555)
+    code, said = trainer("--steps", "1", "--out", str(locked / "run"), *TINY)
+    assert code == 2 and "cannot be written: Permission denied" in said
+
+
+def test_ctrl_c_ends_the_run_after_its_step_with_a_checkpoint_that_resumes_it(tmp_path):
+    import signal
+    import time
+    from tests.cli_helpers import interruptible
+    out = tmp_path / "run"
+    proc = interruptible(["--steps", "500", "--out", str(out), *TINY], ROOT, module="grpo_katas.trainer")
+    deadline = time.time() + 120
+    while not (out / "metrics.jsonl").exists() and time.time() < deadline:
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    said, _ = proc.communicate(timeout=120)
+    steps = [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()]
+    saved = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert proc.returncode == 130 and "Traceback" not in said and saved["step"] == steps[-1] < 500, said
+    assert f"stopped at step {steps[-1]} of 500" in said and "--resume" in said
+    code, _ = trainer("--steps", str(steps[-1] + 1), "--out", str(out), "--resume", *TINY)
+    assert code == 0 and [json.loads(l)["step"] for l in (out / "metrics.jsonl").read_text().splitlines()] == \
+        list(range(1, steps[-1] + 2))
+
+
+def test_make_train_passes_an_out_with_spaces_whole(repo):
+    from tests.cli_helpers import make
+    code, said = make(repo, "train", "STEPS=1", "OUT=runs/a run", "SET=group_size=4", "RESUME=0")
+    assert code == 0 and (repo / "runs" / "a run" / "checkpoint.pt").exists(), said
+
+
+def test_a_nan_curve_shows_in_the_png(tmp_path, monkeypatch):
+    """A line through NaN draws nothing, nor does a line of one point: the run that went NaN after one step must
+    still show, a dot where it was finite and an x on the panel's top edge where not, in its own colour."""
+    pytest.importorskip("matplotlib")
+    import math
+    import matplotlib.pyplot as plt
+    from grpo_katas.curves import plot_png
+    healthy = [{"step": i, "reward_mean": 0.1 * i, "kl": 0.01 * i, "grad_norm": 0.3} for i in range(1, 11)]
+    broken = [{"step": 1, "reward_mean": 0.1, "kl": 0.0, "grad_norm": math.nan},
+              {"step": 2, "reward_mean": math.nan, "kl": math.nan, "grad_norm": math.nan}]
+    figures = []
+    monkeypatch.setattr(plt, "close", figures.append)  # keep the figure to look at what was drawn
+    assert plot_png({"yours": broken, "healthy": healthy}, tmp_path / "run.png")
+    reward, _, grad = figures[0].axes
+    yours = reward.lines[0]
+    assert yours.get_marker() == "." and list(yours.get_xdata()) == [1]
+    for ax, steps in ((reward, [2]), (grad, [1, 2])):
+        marks = [l for l in ax.lines if l.get_marker() == "x"]
+        assert len(marks) == 1 and list(marks[0].get_xdata()) == steps
+        assert marks[0].get_color() == ax.lines[0].get_color() and set(marks[0].get_ydata()) == {ax.get_ylim()[1]}

@@ -1,13 +1,15 @@
 """GRPO trainer for small causal language models.
 
-A `GRPOTrainer` owns the policy, the reference model and the optimizer, and runs the Group Relative
-Policy Optimization loop (DeepSeekMath, https://huggingface.co/papers/2402.03300): generate a group of
-completions per prompt, score them, turn the rewards into advantages, and optimize the clipped surrogate
-objective with a KL penalty. The functions at module level (`generate`, `group_advantages`, `token_logprobs`,
-`kl_penalty`, `grpo_loss`, `grpo_step`, `train`) are the functional interface to the same code.
+[`GRPOTrainer`] trains a policy with Group Relative Policy Optimization (DeepSeekMath,
+https://huggingface.co/papers/2402.03300). Completions are sampled and scored once per generation batch,
+`num_generations` per prompt; the batch is buffered and served in `steps_per_generation` micro-batches, one per call
+of `training_step`, for `num_iterations` optimizer steps, and the training loop steps the optimizer once the
+gradients of every micro-batch of the batch are accumulated. The functions at module level (`generate`,
+`completion_mask`, `group_advantages`, `token_logprobs`, `kl_penalty`, `grpo_loss`, `grpo_step`, `train`) are the
+functional interface to the same code.
 """
-# style: Hugging Face TRL, trl/trainer/grpo_trainer.py (GRPOTrainer) and trl/trainer/utils.py: a trainer class, docstrings in the transformers format.
 
+import contextlib
 import copy
 from collections import defaultdict
 from dataclasses import dataclass
@@ -27,9 +29,9 @@ class GRPOConfig:
         > Parameters that control generation
 
         group_size (`int`, *optional*, defaults to `8`):
-            Number of completions to generate for each prompt (`num_generations` in TRL). Must be at least 2.
+            Number of completions to generate for each prompt. Must be at least 2.
         max_new_tokens (`int`, *optional*, defaults to `8`):
-            Maximum length of a generated completion (`max_completion_length` in TRL).
+            Maximum length of a generated completion.
         temperature (`float`, *optional*, defaults to `1.0`):
             Temperature for sampling. The higher the temperature, the more random the completions.
 
@@ -42,11 +44,12 @@ class GRPOConfig:
         num_iterations (`int`, *optional*, defaults to `1`):
             Number of iterations per batch (denoted as μ in the algorithm).
         grad_accum_steps (`int`, *optional*, defaults to `1`):
-            Number of micro-batches the generation batch is split into for the backward passes of one update.
+            Number of micro-batches a generation batch is split into; each optimizer step accumulates the
+            gradients of all of them.
         beta (`float`, *optional*, defaults to `0.04`):
             KL coefficient. If `0.0`, the KL term does not enter the loss.
         clip_eps (`float`, *optional*, defaults to `0.2`):
-            Epsilon value for clipping (`epsilon` in TRL).
+            Epsilon value for clipping.
         clip_eps_high (`float`, *optional*):
             Upper-bound epsilon value for clipping. If not specified, it defaults to the same value as the
             lower-bound specified in argument `clip_eps`. Paper [DAPO](https://huggingface.co/papers/2503.14476)
@@ -70,8 +73,7 @@ class GRPOConfig:
               global accumulated batch.
         is_cap (`float`, *optional*):
             Truncation cap for the per-token importance sampling correction between the policy that scores the
-            batch and the sampler that generated it (`vllm_importance_sampling_clip_max` in TRL, `token_truncate`
-            mode). If `None`, no correction is applied.
+            batch and the sampler that generated it. If `None`, no correction is applied.
     """
 
     group_size: int = 8
@@ -100,8 +102,11 @@ class GRPOConfig:
             raise ValueError(
                 f"Invalid value for scale_rewards: {self.scale_rewards}. Must be one of 'batch', 'group', or 'none'."
             )
-        if self.grad_accum_steps < 1:
-            raise ValueError(f"grad_accum_steps must be at least 1, got {self.grad_accum_steps}.")
+        if self.num_iterations < 1 or self.grad_accum_steps < 1:
+            raise ValueError(
+                f"num_iterations and grad_accum_steps must be at least 1, got {self.num_iterations} and "
+                f"{self.grad_accum_steps}."
+            )
 
 
 @dataclass
@@ -129,6 +134,31 @@ class Rollout:
     sampler_logp: Optional[torch.Tensor] = None
 
 
+@dataclass
+class GenerationConfig:
+    """
+    The settings [`sample`] decodes with.
+
+    Attributes:
+        max_new_tokens (`int`):
+            Maximum number of tokens to generate.
+        eos_token_id (`int`, *optional*):
+            Token that ends a sequence.
+        pad_token_id (`int`, *optional*, defaults to `0`):
+            Token that fills a sequence after it has ended.
+        do_sample (`bool`, *optional*, defaults to `False`):
+            Whether or not to use sampling; use greedy decoding otherwise.
+        temperature (`float`, *optional*, defaults to `1.0`):
+            The value used to modulate the next token probabilities.
+    """
+
+    max_new_tokens: int
+    eos_token_id: Optional[int] = None
+    pad_token_id: int = 0
+    do_sample: bool = False
+    temperature: float = 1.0
+
+
 # ----------------------------------------------------------------------------------------------------------------------
 # Utilities
 
@@ -153,10 +183,29 @@ def selective_log_softmax(logits: torch.Tensor, index: torch.Tensor) -> torch.Te
     return selected_logits - logsumexp_values  # log_softmax(x_i) = x_i - logsumexp(x)
 
 
+def nanstd(tensor: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
+    """
+    Computes the standard deviation of a tensor, ignoring NaNs, with Bessel's correction.
+
+    Args:
+        tensor (`torch.Tensor`):
+            Input tensor.
+        dim (`int`, *optional*):
+            Dimension to reduce. If `None`, all dimensions are reduced.
+
+    Returns:
+        `torch.Tensor`:
+            Standard deviation of the tensor, ignoring NaNs.
+    """
+    variance = torch.nanmean((tensor - torch.nanmean(tensor, dim=dim, keepdim=True)) ** 2, dim=dim)
+    count = torch.sum(~torch.isnan(tensor), dim=dim)  # Count of non-NaN values
+    return torch.sqrt(variance * count / (count - 1))  # Bessel's correction
+
+
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
-    Splits a dictionary of tensors along the first dimension into `num_chunks` contiguous parts whose sizes differ by
-    at most one (`torch.tensor_split`). Scalars and `None` values are passed to every chunk unchanged.
+    Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
+    one (`torch.tensor_split`). Scalars and 0-dim tensors are passed to every chunk unchanged.
 
     Example:
     ```python
@@ -195,6 +244,67 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (sequence_indices <= eos_idx.unsqueeze(1)).float()
 
 
+def sample(model, input_ids, attention_mask, generation_config: GenerationConfig, generator=None) -> tuple:
+    """
+    Extends every row of `input_ids` one token at a time until each row has produced `eos_token_id` or
+    `max_new_tokens` tokens. A row that has ended is extended with `pad_token_id`, which is not attended to.
+
+    Args:
+        model (`torch.nn.Module`):
+            Model to decode with. If it has a `make_cache()` method, its KV cache is used.
+        input_ids (`torch.Tensor` of shape `(N, P)`):
+            Left-padded prompt ids.
+        attention_mask (`torch.Tensor` of shape `(N, P)`):
+            Attention mask of the prompts.
+        generation_config ([`GenerationConfig`]):
+            Decoding settings.
+        generator (`torch.Generator`, *optional*):
+            Random generator for sampling.
+
+    Returns:
+        `tuple`: the sequences `(N, P + T)`, their attention mask `(N, P + T)`, and the log-probability of each
+        generated token under the distribution it was chosen from, `(N, T)`, 0 once a row has ended.
+    """
+    pad_token_id = generation_config.pad_token_id
+    has_eos_stopping_criteria = generation_config.eos_token_id is not None
+    unfinished_sequences = torch.ones(input_ids.size(0), dtype=torch.long, device=input_ids.device)
+    cache = model.make_cache() if hasattr(model, "make_cache") else None
+    model_inputs = input_ids
+    token_logps = []
+    for _ in range(generation_config.max_new_tokens):
+        if cache is not None:
+            outputs = model(model_inputs, attention_mask, cache=cache)
+        else:
+            outputs = model(input_ids, attention_mask)
+        next_token_logits = outputs[:, -1, :].float()
+
+        # pre-process distribution
+        next_token_scores = next_token_logits / generation_config.temperature
+
+        # token selection
+        if generation_config.do_sample:
+            probs = torch.softmax(next_token_scores, dim=-1)
+            next_tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(1)
+        else:
+            next_tokens = torch.argmax(next_token_scores, dim=-1)
+        token_logps.append(selective_log_softmax(next_token_scores, next_tokens) * unfinished_sequences)
+
+        # finished sentences should have their next token be a padding token
+        if has_eos_stopping_criteria:
+            next_tokens = next_tokens * unfinished_sequences + pad_token_id * (1 - unfinished_sequences)
+
+        # update generated ids, model inputs, and attention mask for next step
+        input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
+        attention_mask = torch.cat([attention_mask, unfinished_sequences[:, None].to(attention_mask.dtype)], dim=-1)
+        model_inputs = next_tokens[:, None]
+
+        if has_eos_stopping_criteria:
+            unfinished_sequences = unfinished_sequences & ~(next_tokens == generation_config.eos_token_id)
+        if unfinished_sequences.max() == 0:
+            break
+    return input_ids, attention_mask, torch.stack(token_logps, dim=1)
+
+
 @torch.no_grad()
 def generate(
     policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None
@@ -204,7 +314,7 @@ def generate(
 
     Args:
         policy (`torch.nn.Module`):
-            Model to sample from. If it has a `make_cache()` method, its KV cache is used.
+            Model to sample from.
         prompt_ids (`torch.Tensor` of shape `(B, P)`):
             Left-padded prompt ids.
         prompt_mask (`torch.Tensor` of shape `(B, P)`):
@@ -219,36 +329,27 @@ def generate(
             Random generator for sampling.
 
     Returns:
-        [`Rollout`]: `B * group_size` rows.
+        [`Rollout`]: `B * group_size` rows, the completions of each prompt next to each other.
     """
-    input_ids = prompt_ids.repeat_interleave(cfg.group_size, dim=0)
-    attention_mask = prompt_mask.repeat_interleave(cfg.group_size, dim=0)
-    prompt_len = input_ids.size(1)
-    is_finished = torch.zeros(input_ids.size(0), dtype=torch.bool, device=input_ids.device)
-    cache = policy.make_cache() if hasattr(policy, "make_cache") else None
-    next_input_ids = input_ids
-    sampling_logps = []
-    for _ in range(cfg.max_new_tokens):
-        if cache is not None:
-            logits = policy(next_input_ids, attention_mask, cache=cache)[:, -1, :]
-        else:
-            logits = policy(input_ids, attention_mask)[:, -1, :]
-        logits = logits.float() / cfg.temperature
-        next_tokens = torch.multinomial(torch.softmax(logits, dim=-1), 1, generator=generator).squeeze(1)
-        sampling_logps.append(selective_log_softmax(logits, next_tokens).masked_fill(is_finished, 0.0))
-        next_tokens = next_tokens.masked_fill(is_finished, pad_id)
-        input_ids = torch.cat([input_ids, next_tokens.unsqueeze(1)], dim=1)
-        attention_mask = torch.cat([attention_mask, (~is_finished).to(attention_mask.dtype).unsqueeze(1)], dim=1)
-        is_finished = is_finished | (next_tokens == eos_id)
-        next_input_ids = next_tokens.unsqueeze(1)
-        if is_finished.all():
-            break
+    # every prompt `group_size` times in a row: [p0, p0, ..., p1, p1, ...]
+    indexes = [index for index in range(prompt_ids.size(0)) for _ in range(cfg.group_size)]
+    generation_config = GenerationConfig(
+        max_new_tokens=cfg.max_new_tokens,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+        do_sample=True,
+        temperature=cfg.temperature,
+    )
+    prompt_completion_ids, attention_mask, sampling_per_token_logps = sample(
+        policy, prompt_ids[indexes], prompt_mask[indexes], generation_config, generator
+    )
+    prompt_length = prompt_ids.size(1)
     return Rollout(
-        input_ids=input_ids,
+        input_ids=prompt_completion_ids,
         attention_mask=attention_mask,
-        completion_mask=completion_mask(input_ids[:, prompt_len:], eos_id),
-        prompt_len=prompt_len,
-        sampler_logp=torch.stack(sampling_logps, dim=1),
+        completion_mask=completion_mask(prompt_completion_ids[:, prompt_length:], eos_id),
+        prompt_len=prompt_length,
+        sampler_logp=sampling_per_token_logps,
     )
 
 
@@ -271,14 +372,13 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
         `torch.Tensor` of shape `(N,)`: the advantages.
     """
     rewards = rewards.detach().float()
-    mean_grouped_rewards = rewards.view(-1, group_size).mean(dim=1)
+    mean_grouped_rewards = torch.nanmean(rewards.view(-1, group_size), dim=1)
     mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(group_size, dim=0)
     if scale in ["group", "none"]:
-        # If scale = "none", std_rewards is not used
-        std_rewards = rewards.view(-1, group_size).std(dim=1)
+        std_rewards = nanstd(rewards.view(-1, group_size), dim=1)
         std_rewards = std_rewards.repeat_interleave(group_size, dim=0)
     elif scale == "batch":
-        std_rewards = rewards.std().expand_as(rewards) + eps
+        std_rewards = nanstd(rewards, dim=0).expand_as(rewards) + eps
     else:
         raise ValueError(f"Invalid value for scale_rewards: {scale}. Must be one of 'batch', 'group', or 'none'.")
 
@@ -309,9 +409,12 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask).float()
+    # Exclude the last value: it corresponds to the next token pred
     logits = logits[:, :-1, :]  # (N, L-1, V)
+    # Only keep the last logits_to_keep
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
-    logits = logits / temperature
+    # Divide logits by sampling temperature
+    logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
     return selective_log_softmax(logits, completion_ids)
 
@@ -358,8 +461,8 @@ def grpo_loss(
         args ([`GRPOConfig`]):
             Loss settings.
         num_tokens (`torch.Tensor` or `float`, *optional*):
-            Number of active tokens in the global accumulated batch (`num_items_in_batch / num_processes` in TRL),
-            used by `loss_type="dapo"`. Defaults to the number of active tokens in this batch.
+            Number of active tokens in the global accumulated batch, per process, used by `loss_type="dapo"`.
+            Defaults to the number of active tokens in this batch.
         sampler_logp (`torch.Tensor` of shape `(N, T)`, *optional*):
             Log-probabilities under the sampler, for the importance sampling correction (`args.is_cap`).
 
@@ -367,12 +470,13 @@ def grpo_loss(
         `torch.Tensor`: scalar loss.
     """
     mask = completion_mask.bool()
-    per_token_logps = per_token_logps.masked_fill(~mask, 0.0)
-    old_per_token_logps = old_per_token_logps.masked_fill(~mask, 0.0)
+    if num_tokens is None:  # not part of an accumulated batch
+        num_tokens = mask.sum().clamp(min=1.0)
     advantages = advantages.unsqueeze(1)
     epsilon_high = args.clip_eps_high if args.clip_eps_high is not None else args.clip_eps
 
-    coef_1 = torch.exp(per_token_logps - old_per_token_logps)
+    log_ratio = (per_token_logps - old_per_token_logps).masked_fill(~mask, 0.0)
+    coef_1 = torch.exp(log_ratio)
     coef_2 = torch.clamp(coef_1, 1 - args.clip_eps, 1 + epsilon_high)
     per_token_loss1 = coef_1 * advantages
     per_token_loss2 = coef_2 * advantages
@@ -384,7 +488,7 @@ def grpo_loss(
         per_token_loss = per_token_loss * importance_sampling_ratio.detach()
 
     if args.beta != 0.0:
-        per_token_kl = kl_penalty(per_token_logps, ref_per_token_logps.masked_fill(~mask, 0.0))
+        per_token_kl = kl_penalty(per_token_logps.masked_fill(~mask, 0.0), ref_per_token_logps.masked_fill(~mask, 0.0))
         per_token_loss = per_token_loss + args.beta * per_token_kl
 
     mask = mask.to(per_token_loss.dtype)
@@ -395,8 +499,7 @@ def grpo_loss(
     elif args.loss_type == "dr_grpo":
         loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * args.max_new_tokens)
     elif args.loss_type == "dapo":
-        normalizer = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens
-        loss = (per_token_loss * mask).sum() / normalizer
+        loss = (per_token_loss * mask).sum() / num_tokens
     else:
         raise ValueError(f"Unknown loss type: {args.loss_type}")
     return loss
@@ -415,230 +518,354 @@ class GRPOTrainer:
         model (`torch.nn.Module`):
             Model to be trained, called as `model(input_ids, attention_mask)` and returning logits of shape
             `(batch_size, sequence_length, vocab_size)`.
+        reward_funcs (`Callable`):
+            Reward function, called with a [`Rollout`] and returning one reward per completion.
         args ([`GRPOConfig`], *optional*):
             Configuration for this trainer. If `None`, a default configuration is used.
+        train_dataset (iterable, *optional*):
+            The generation batches to train on: each a `(prompt_ids, prompt_mask)` pair of `(B, P)` tensors, or
+            whatever `rollout_func` takes.
+        processing_class (*optional*):
+            Provides `eos_id` and `pad_id`, the token ids generation stops and pads with.
         ref_model (`torch.nn.Module`, *optional*):
-            Reference model for the KL penalty. If `None`, it is created from `model`.
-        optimizer (`torch.optim.Optimizer`, *optional*):
-            Optimizer for `model`. If `None`, `torch.optim.AdamW` with learning rate `args.lr`.
+            Reference model for the KL penalty. If `None`, a copy of `model` made before training.
+        optimizers (`tuple[torch.optim.Optimizer, None]`, *optional*):
+            The optimizer (and an unused scheduler slot). If `None`, `torch.optim.AdamW` at learning rate `args.lr`.
+        rollout_func (`Callable`, *optional*):
+            Called as `rollout_func(generation_batch, trainer)` to produce the [`Rollout`] of a generation batch
+            instead of sampling it from `model`.
+        callbacks (`list[Callable]`, *optional*):
+            Called with the logs of every optimizer step.
     """
 
-    def __init__(self, model, args: Optional[GRPOConfig] = None, ref_model=None, optimizer=None):
-        self.model = model
+    def __init__(
+        self,
+        model,
+        reward_funcs: Callable,
+        args: Optional[GRPOConfig] = None,
+        train_dataset=None,
+        processing_class=None,
+        ref_model=None,
+        optimizers: tuple = (None, None),
+        rollout_func: Optional[Callable] = None,
+        callbacks: Optional[list] = None,
+    ):
         self.args = args if args is not None else GRPOConfig()
         args = self.args
-        self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model).requires_grad_(False)
-        self.optimizer = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=args.lr)
-        # With several processes the model is trained through DistributedDataParallel, as `accelerator.prepare`
-        # would wrap it (gradients are averaged across processes); generation uses the bare model.
+        self.model = model
+        # With several processes the model is trained through DistributedDataParallel (gradients are averaged across
+        # processes); generation and the old log-probs use the model itself.
         wrap = self.num_processes > 1 and not isinstance(model, DistributedDataParallel)
         self.model_wrapped = DistributedDataParallel(model) if wrap else model
+        self.reward_funcs = reward_funcs
+        self.train_dataset = train_dataset
+        self.processing_class = processing_class
+        self.rollout_func = rollout_func
+        self.callbacks = callbacks or []
+
+        # Reference model: the model as training starts, which nothing updates
+        self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model).requires_grad_(False)
+        optimizer = optimizers[0]
+        self.optimizer = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=args.lr)
 
         # Training arguments
         self.num_generations = args.group_size
-        self.max_completion_length = args.max_new_tokens
         self.temperature = args.temperature
-        self.beta = args.beta
-        self.epsilon_low = args.clip_eps
-        self.epsilon_high = args.clip_eps_high if args.clip_eps_high is not None else args.clip_eps
         self.loss_type = args.loss_type
         self.scale_rewards = args.scale_rewards
-        self.num_iterations = args.num_iterations
-        self.current_gradient_accumulation_steps = args.grad_accum_steps
+        self.epsilon_low = args.clip_eps
+        self.epsilon_high = args.clip_eps_high if args.clip_eps_high is not None else args.clip_eps
         self.use_importance_sampling_correction = args.is_cap is not None
 
-        self._metrics = defaultdict(list)
+        # Multi-step
+        self.num_iterations = args.num_iterations  # = 𝜇 in the GRPO paper
+        self.current_gradient_accumulation_steps = args.grad_accum_steps
+        self.steps_per_generation = args.grad_accum_steps  # one generation batch per optimizer step
+        # Tracks the number of iterations (forward + backward passes), including those within a grad accum cycle
         self._step = 0
+        # Buffer the batch to reuse generated outputs across multiple updates; see `_prepare_inputs`
+        self._buffered_inputs = None
+
+        # Logging: metrics per step, token sums over the accumulation window for the token-level ones
+        self._metrics = {"train": defaultdict(list)}
+        self._window_token_sums = None
+        self._window_ratio_deviation = 0.0
+        self._sync_gradients = True
+        self.global_step = 0
+        self.log_history = []
 
     @property
     def num_processes(self) -> int:
         return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
-    def _get_per_token_logps(self, model, input_ids, attention_mask, logits_to_keep) -> torch.Tensor:
-        """Per-token log-probabilities of the last `logits_to_keep` tokens, computed micro-batch by micro-batch."""
-        prompt_len = input_ids.size(1) - logits_to_keep
+    def get_train_dataloader(self):
+        """
+        Yields each generation batch of `train_dataset` once for every call of `training_step` that trains on it,
+        `num_iterations * steps_per_generation` times: the first call samples and scores it, the others are served
+        from the buffer.
+        """
+        for generation_batch in self.train_dataset:
+            for _ in range(self.num_iterations * self.steps_per_generation):
+                yield generation_batch
+
+    def _get_per_token_logps(self, model, input_ids, attention_mask, logits_to_keep, num_chunks=1) -> torch.Tensor:
+        """Per-token log-probabilities of the last `logits_to_keep` tokens, computed in `num_chunks` chunks."""
         all_logps = []
-        for ids, mask in zip(
-            torch.tensor_split(input_ids, self.current_gradient_accumulation_steps),
-            torch.tensor_split(attention_mask, self.current_gradient_accumulation_steps),
+        for input_ids_batch, attention_mask_batch in zip(
+            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks)
         ):
-            if ids.size(0) > 0:
-                all_logps.append(token_logprobs(model, ids, mask, prompt_len, self.temperature))
+            if input_ids_batch.size(0) > 0:
+                prompt_length = input_ids_batch.size(1) - logits_to_keep
+                all_logps.append(
+                    token_logprobs(model, input_ids_batch, attention_mask_batch, prompt_length, self.temperature)
+                )
         return torch.cat(all_logps, dim=0)
 
-    def _compute_advantages(self, rewards: torch.Tensor) -> torch.Tensor:
-        return group_advantages(rewards, self.num_generations, self.args.adv_eps, self.scale_rewards)
+    def _prepare_inputs(self, generation_batch) -> dict:
+        # Samples and scores the generation batch at the first of the `num_iterations * steps_per_generation` calls
+        # that receive it, splits it into `steps_per_generation` micro-batches and buffers them; every call returns
+        # the micro-batch of its accumulation step.
+        generate_every = self.steps_per_generation * self.num_iterations
+        if self._step % generate_every == 0 or self._buffered_inputs is None:
+            generation_batch = self._generate_and_score_completions(generation_batch)
+            if generation_batch["num_completions"] < self.steps_per_generation:
+                raise ValueError(
+                    f"A generation batch of {generation_batch['num_completions']} completions cannot be split into "
+                    f"grad_accum_steps={self.steps_per_generation} micro-batches."
+                )
+            self._buffered_inputs = split_tensor_dict(generation_batch, self.steps_per_generation)
+        return self._buffered_inputs[self._step % self.steps_per_generation]
 
-    def _score_completions(self, rollout: Rollout, rewards: torch.Tensor) -> dict:
-        """
-        Turns a generation batch and its rewards into the inputs of [`training_step`]: advantages, the old and the
-        reference per-token log-probabilities, and the number of active tokens in the global batch.
-        """
-        prompt_completion_ids, attention_mask = rollout.input_ids, rollout.attention_mask
-        logits_to_keep = prompt_completion_ids.size(1) - rollout.prompt_len
-        advantages = self._compute_advantages(rewards)
+    def _generate(self, generation_batch) -> Rollout:
+        if self.rollout_func is not None:
+            return self.rollout_func(generation_batch, self)
+        device = next(self.model.parameters()).device
+        prompt_ids, prompt_mask = generation_batch
+        return generate(
+            self.model,
+            prompt_ids.to(device),
+            prompt_mask.to(device),
+            self.args,
+            eos_id=self.processing_class.eos_id,
+            pad_id=self.processing_class.pad_id,
+        )
 
-        with torch.no_grad():
-            old_per_token_logps = self._get_per_token_logps(
-                self.model, prompt_completion_ids, attention_mask, logits_to_keep
-            )
-            ref_per_token_logps = self._get_per_token_logps(
-                self.ref_model, prompt_completion_ids, attention_mask, logits_to_keep
-            )
+    def _generate_and_score_completions(self, generation_batch) -> dict:
+        rollout = self._generate(generation_batch)
+        prompt_length = rollout.prompt_len
+        prompt_ids, completion_ids = rollout.input_ids[:, :prompt_length], rollout.input_ids[:, prompt_length:]
+        prompt_mask, completion_mask = rollout.attention_mask[:, :prompt_length], rollout.completion_mask
 
-        num_items_in_batch = rollout.completion_mask.sum().float()
+        num_items_in_batch = completion_mask.sum().float()
         if self.num_processes > 1:
             dist.all_reduce(num_items_in_batch)
 
-        self._metrics["adv_std"].append(advantages.std().item())
-        self._metrics["completion_len"].append(rollout.completion_mask.sum(dim=1).float().mean().item())
-        return {
-            "prompt_completion_ids": prompt_completion_ids,
-            "attention_mask": attention_mask,
-            "completion_mask": rollout.completion_mask,
+        prompt_completion_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (N, P+T)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (N, P+T)
+        logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
+
+        with torch.no_grad():
+            # If generation does not occur at the end of a full optimizer step (gradient accumulation steps not a
+            # multiple of generate_every), the samples may come from an earlier version of the model, and the old
+            # log-probs are needed for the importance ratio. If the steps are aligned they are the log-probs of the
+            # training pass and are left to `_compute_loss`. The sampler correction needs them either way.
+            generate_every = self.steps_per_generation * self.num_iterations  # generation frequency
+            misaligned = self.current_gradient_accumulation_steps % generate_every != 0
+            old_per_token_logps = (
+                self._get_per_token_logps(
+                    self.model, prompt_completion_ids, attention_mask, logits_to_keep, self.steps_per_generation
+                )
+                if misaligned or self.use_importance_sampling_correction
+                else None
+            )
+            ref_per_token_logps = self._get_per_token_logps(
+                self.ref_model, prompt_completion_ids, attention_mask, logits_to_keep, self.steps_per_generation
+            )
+
+        rewards = self.reward_funcs(rollout).to(completion_ids.device)
+        advantages = group_advantages(rewards, self.num_generations, self.args.adv_eps, self.scale_rewards)
+
+        # Log the metrics
+        self._metrics["train"]["completions/mean_length"].append(completion_mask.sum(1).float().mean().item())
+        self._metrics["train"]["reward"].append(rewards.mean().item())
+        self._metrics["train"]["reward_max"].append(rewards.max().item())
+        self._metrics["train"]["advantages/std"].append(advantages.std().item())
+
+        output = {
+            "prompt_ids": prompt_ids,
+            "prompt_mask": prompt_mask,
+            "completion_ids": completion_ids,
+            "completion_mask": completion_mask,
             "advantages": advantages,
-            "old_per_token_logps": old_per_token_logps,
             "ref_per_token_logps": ref_per_token_logps,
-            "sampling_per_token_logps": rollout.sampler_logp if self.use_importance_sampling_correction else None,
             "num_items_in_batch": num_items_in_batch,
-            "num_sequences": torch.tensor(prompt_completion_ids.size(0)),
+            "num_completions": completion_ids.size(0),
         }
+        if old_per_token_logps is not None:
+            output["old_per_token_logps"] = old_per_token_logps
+        if self.use_importance_sampling_correction:
+            output["sampling_per_token_logps"] = rollout.sampler_logp
+        return output
 
-    def _generate_and_score_completions(self, prompt_ids, prompt_mask, reward_func: Callable, eos_token_id: int,
-                                        pad_token_id: int, generator=None) -> tuple[dict, torch.Tensor]:
-        """Generates `num_generations` completions per prompt, scores them with `reward_func` and prepares them."""
-        rollout = generate(self.model, prompt_ids, prompt_mask, self.args, eos_id=eos_token_id, pad_id=pad_token_id,
-                           generator=generator)
-        rewards = reward_func(rollout).to(prompt_ids.device)
-        return self._score_completions(rollout, rewards), rewards
+    def _compute_loss(self, model, inputs) -> torch.Tensor:
+        # Compute the per-token log probabilities for the model
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+        logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
+        per_token_logps = self._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
 
-    def compute_loss(self, model, inputs: dict) -> torch.Tensor:
-        """Loss of one micro-batch."""
-        completion_mask = inputs["completion_mask"]
-        logits_to_keep = completion_mask.size(1)
-        per_token_logps = token_logprobs(
-            model,
-            inputs["prompt_completion_ids"],
-            inputs["attention_mask"],
-            inputs["prompt_completion_ids"].size(1) - logits_to_keep,
-            self.temperature,
-        )
+        # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
+        # this pass
+        old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps.detach())
+
         loss = grpo_loss(
             per_token_logps,
-            inputs["old_per_token_logps"],
+            old_per_token_logps,
             inputs["ref_per_token_logps"],
             inputs["advantages"],
             completion_mask,
             self.args,
             num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.num_processes,
-            sampler_logp=inputs["sampling_per_token_logps"],
+            sampler_logp=inputs.get("sampling_per_token_logps"),
         )
+        # Scale for gradient accumulation
         if self.loss_type in ["grpo", "dr_grpo"]:
-            loss = loss * per_token_logps.size(0) / inputs["num_sequences"]
+            loss = loss * completion_ids.size(0) / inputs["num_completions"]
         elif self.loss_type == "bnpo":
             loss = loss / self.current_gradient_accumulation_steps
-        self._log_micro_batch_metrics(per_token_logps.detach(), inputs)
+
+        self._log_token_metrics(per_token_logps.detach(), old_per_token_logps, inputs)
         return loss
 
     @torch.no_grad()
-    def _log_micro_batch_metrics(self, per_token_logps, inputs):
+    def _log_token_metrics(self, per_token_logps, old_per_token_logps, inputs) -> None:
+        # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
+        # optimizer step and turned into means when it is taken
         mask = inputs["completion_mask"].bool()
         advantages = inputs["advantages"].unsqueeze(1)
-        per_token_logps = per_token_logps.masked_fill(~mask, 0.0)
-        coef_1 = torch.exp(per_token_logps - inputs["old_per_token_logps"].masked_fill(~mask, 0.0))
-        per_token_kl = kl_penalty(per_token_logps, inputs["ref_per_token_logps"].masked_fill(~mask, 0.0))
+        coef_1 = torch.exp((per_token_logps - old_per_token_logps).masked_fill(~mask, 0.0))
+        per_token_kl = kl_penalty(
+            per_token_logps.masked_fill(~mask, 0.0), inputs["ref_per_token_logps"].masked_fill(~mask, 0.0)
+        )
         is_low_clipped = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)
         is_high_clipped = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
-        is_region_clipped = (is_low_clipped | is_high_clipped) & mask
-        self._metrics["kl_sum"].append(per_token_kl[mask].sum().item())
-        self._metrics["clipped_sum"].append(is_region_clipped.sum().item())
-        self._metrics["token_count"].append(mask.sum().item())
-        self._metrics["ratio_dev"].append((coef_1 - 1).abs().max().item() if coef_1.numel() else 0.0)
+        is_region_clipped = is_low_clipped | is_high_clipped
+        token_sums = torch.stack(
+            [x.float()[mask].sum() for x in (per_token_kl, is_low_clipped, is_high_clipped, is_region_clipped, mask)]
+        )
+        if self._window_token_sums is None:
+            self._window_token_sums = token_sums
+        else:
+            self._window_token_sums = self._window_token_sums + token_sums
+        self._window_ratio_deviation = max(self._window_ratio_deviation, (coef_1 - 1).abs().max().item())
+        if self._sync_gradients:
+            kl, low, high, region, num_tokens = self._window_token_sums.tolist()
+            num_tokens = max(num_tokens, 1.0)
+            self._metrics["train"]["kl"].append(kl / num_tokens)
+            self._metrics["train"]["clip_ratio/low_mean"].append(low / num_tokens)
+            self._metrics["train"]["clip_ratio/high_mean"].append(high / num_tokens)
+            self._metrics["train"]["clip_ratio/region_mean"].append(region / num_tokens)
+            self._metrics["train"]["ratio_deviation/max"].append(self._window_ratio_deviation)
+            self._window_token_sums, self._window_ratio_deviation = None, 0.0
 
-    def training_step(self, inputs: dict) -> dict:
+    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
         """
-        Performs `num_iterations` optimization steps on one generation batch, accumulating gradients over
-        `grad_accum_steps` micro-batches.
-
-        Returns:
-            `dict`: `loss` and `kl` of the first iteration, `ratio_dev` (the largest |ratio - 1| over the completion
-            tokens of the first iteration), `clip_frac` and `grad_norm` of the last iteration, `adv_std` and
-            `completion_len`.
-        """
-        logs = {}
-        for iteration in range(self.num_iterations):
-            for key in ("kl_sum", "clipped_sum", "token_count", "ratio_dev"):
-                self._metrics[key].clear()
-            self.optimizer.zero_grad(set_to_none=True)
-            total_loss = 0.0
-            for micro_batch in split_tensor_dict(inputs, self.current_gradient_accumulation_steps):
-                if micro_batch["completion_mask"].size(0) == 0:
-                    continue
-                loss = self.compute_loss(self.model_wrapped, micro_batch)
-                loss.backward()
-                total_loss += loss.detach().item()
-            grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.args.max_grad_norm)
-            self.optimizer.step()
-
-            num_tokens = max(sum(self._metrics["token_count"]), 1.0)
-            if iteration == 0:
-                logs["loss"] = total_loss
-                logs["kl"] = sum(self._metrics["kl_sum"]) / num_tokens
-                logs["ratio_dev"] = max(self._metrics["ratio_dev"])
-            logs["clip_frac"] = sum(self._metrics["clipped_sum"]) / num_tokens
-            logs["grad_norm"] = grad_norm.item()
-        logs["adv_std"] = self._metrics["adv_std"][-1]
-        logs["completion_len"] = self._metrics["completion_len"][-1]
-        self._step += 1
-        return logs
-
-    def train(self, task, *, steps: int, batch_size: int, seed: int, log: Optional[Callable] = None) -> list[dict]:
-        """
-        Main training entry point.
+        Forward and backward pass of one micro-batch; the training loop steps the optimizer once every
+        `current_gradient_accumulation_steps` calls.
 
         Args:
-            task:
-                Provides `sample_prompts(batch_size, generator)`, `reward(rollout)`, `eos_id` and `pad_id`.
-            steps (`int`):
-                Number of generation batches to train on.
-            batch_size (`int`):
-                Number of prompts per generation batch.
-            seed (`int`):
-                Seed for the prompt and sampling generators.
-            log (`Callable`, *optional*):
-                Called with the metrics of every step.
+            model (`torch.nn.Module`):
+                The model to train, wrapped for data parallelism if there are several processes.
+            inputs:
+                The generation batch this micro-batch belongs to, as `get_train_dataloader` yields it.
+            num_items_in_batch (*optional*):
+                Unused: the loss is normalized by the completion tokens of the generation batch, counted when it is
+                scored (`inputs["num_items_in_batch"]`).
 
         Returns:
-            `list[dict]`: the metrics of every step.
+            `torch.Tensor`: the detached loss of the micro-batch.
         """
-        device = next(self.model.parameters()).device
-        process_index = dist.get_rank() if self.num_processes > 1 else 0
-        # the task samples prompts on the CPU; every process draws its own prompts and completions
-        prompt_generator = torch.Generator().manual_seed(seed + process_index)
-        sampling_generator = torch.Generator(device=device).manual_seed(seed + process_index)
-        history = []
-        for step in range(1, steps + 1):
-            prompt_ids, prompt_mask = task.sample_prompts(batch_size, prompt_generator)
-            inputs, rewards = self._generate_and_score_completions(
-                prompt_ids.to(device), prompt_mask.to(device), task.reward, task.eos_id, task.pad_id,
-                generator=sampling_generator,
-            )
-            logs = self.training_step(inputs)
-            logs = {"step": step, "reward_mean": rewards.mean().item(), "reward_max": rewards.max().item(), **logs}
-            history.append(logs)
-            if log is not None:
-                log(logs)
-        return history
+        inputs = self._prepare_inputs(inputs)
+        loss = self._compute_loss(model, inputs)
+        loss.backward()
+        self._step += 1
+        return loss.detach()
+
+    def log(self, logs: dict) -> None:
+        """Adds the mean of every metric since the last log to `logs`, records them and passes them to the callbacks."""
+        metrics = {key: sum(val) / len(val) for key, val in self._metrics["train"].items()}
+        logs = {**logs, **metrics, "step": self.global_step}
+        self._metrics["train"].clear()
+        self.log_history.append(logs)
+        for callback in self.callbacks:
+            callback(logs)
+
+    def train(self) -> None:
+        """
+        Main training entry point: one `training_step` per micro-batch, and at the end of every accumulation window
+        the gradient is clipped, the optimizer steps and the gradients are zeroed.
+        """
+        model = self.model_wrapped
+        model.zero_grad()
+        tr_loss = 0.0
+        for step, inputs in enumerate(self.get_train_dataloader()):
+            do_sync_step = (step + 1) % self.current_gradient_accumulation_steps == 0
+            self._sync_gradients = do_sync_step
+            # the processes synchronize their gradients only on the backward pass of the last micro-batch
+            no_sync = not do_sync_step and isinstance(model, DistributedDataParallel)
+            with model.no_sync() if no_sync else contextlib.nullcontext():
+                tr_loss += self.training_step(model, inputs)
+
+            if do_sync_step:
+                grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
+                self.optimizer.step()
+                model.zero_grad()
+                self.global_step += 1
+                self.log({"loss": float(tr_loss), "grad_norm": grad_norm.item()})
+                tr_loss = 0.0
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Functional interface
 
 
+def generation_batch_stats(step_logs: list[dict]) -> dict:
+    """
+    The stats of one generation batch from the logs of its `num_iterations` optimizer steps: the loss, the KL and the
+    largest |ratio - 1| of the first step, the clip ratio and the gradient norm of the last.
+    """
+    first, last = step_logs[0], step_logs[-1]
+    return {
+        "reward_mean": first["reward"],
+        "reward_max": first["reward_max"],
+        "loss": first["loss"],
+        "kl": first["kl"],
+        "ratio_dev": first["ratio_deviation/max"],
+        "clip_frac": last["clip_ratio/region_mean"],
+        "grad_norm": last["grad_norm"],
+        "adv_std": first["advantages/std"],
+        "completion_len": first["completions/mean_length"],
+    }
+
+
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
-    """One [`GRPOTrainer.training_step`] on a generation batch that was already sampled and rewarded."""
-    trainer = GRPOTrainer(policy, cfg, ref_model=ref_policy, optimizer=optimizer)
-    return trainer.training_step(trainer._score_completions(rollout, rewards))
+    """
+    Trains on one generation batch that was already sampled and rewarded, as [`GRPOTrainer`] trains on each of its
+    own: `num_iterations` optimizer steps. Returns its [`generation_batch_stats`].
+    """
+    trainer = GRPOTrainer(
+        policy,
+        reward_funcs=lambda completions: rewards,
+        args=cfg,
+        train_dataset=[rollout],
+        ref_model=ref_policy,
+        optimizers=(optimizer, None),
+        rollout_func=lambda generation_batch, trainer: generation_batch,
+    )
+    trainer.train()
+    return generation_batch_stats(trainer.log_history)
 
 
 def print_logs(logs: dict) -> None:
@@ -651,10 +878,31 @@ def print_logs(logs: dict) -> None:
 
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_logs) -> list[dict]:
-    """Trains `policy` on `task` with a fresh [`GRPOTrainer`] and returns the metrics of every step."""
-    torch.manual_seed(seed)
-    trainer = GRPOTrainer(policy, cfg)
-    return trainer.train(task, steps=steps, batch_size=batch_size, seed=seed, log=log)
+    """
+    Trains `policy` on `task` with a fresh [`GRPOTrainer`] for `steps` generation batches of `batch_size` prompts
+    each, and returns the [`generation_batch_stats`] of every one.
+    """
+    process_index = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    # every process samples its own prompts (the task samples them on the CPU) and its own completions
+    torch.manual_seed(seed + process_index)
+    generator = torch.Generator().manual_seed(seed + process_index)
+    train_dataset = (task.sample_prompts(batch_size, generator) for _ in range(steps))
+
+    history, step_logs = [], []
+
+    def on_log(logs):
+        step_logs.append(logs)
+        if len(step_logs) == cfg.num_iterations:
+            history.append({"step": len(history) + 1, **generation_batch_stats(step_logs)})
+            step_logs.clear()
+            log(history[-1])
+
+    trainer = GRPOTrainer(
+        policy, reward_funcs=task.reward, args=cfg, train_dataset=train_dataset, processing_class=task,
+        callbacks=[on_log],
+    )
+    trainer.train()
+    return history
 
 
 if __name__ == "__main__":

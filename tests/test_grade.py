@@ -185,6 +185,7 @@ def hostile_results(repo, tmp_path_factory):
 CASES = list(hostile(ROOT, ROOT))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_hostile_and_broken_submissions_never_pass(hostile_results, case):
     cases, graded, base, _, _ = hostile_results
@@ -198,6 +199,7 @@ def test_hostile_and_broken_submissions_never_pass(hostile_results, case):
     assert json.loads((base / case / "results.json").read_text()) == res  # nothing rewrote it afterwards
 
 
+@pytest.mark.slow
 def test_nothing_a_submission_did_outlives_the_grading(hostile_results):
     _, _, _, checks_before, leftovers = hostile_results
     assert not leftovers, f"processes left running: {leftovers}"

@@ -135,6 +135,7 @@ def failing(tmp_path, mode, target) -> dict:
     return data["sandbox"], sorted(c for c, v in data["verdicts"][0]["0"].items() if not v["passed"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
 def test_the_plain_process_fallback_gives_the_same_verdicts(tmp_path):
     kata = find_kata(18)

@@ -1,13 +1,23 @@
-"""Prove that the checks bite: `make verify` (`make test` runs it at one seed, `.ci/run` at three).
+"""Prove that the checks bite: `make verify` (the whole proof; .ci/run runs it fresh) and `make test`'s tier of it.
 
-    python -m grpo_katas.verify [--seeds 0 1 2] [--codebase NAME]
+    python -m grpo_katas.verify [--tier full|test] [--seeds 0 1 2] [--codebase NAME]
 
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
-The hidden checks run against every codebase, every catalogue bug planted alone in every codebase it applies
-to, and every kata, through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are
-split over one judge process per CPU core, each with one worker that loads its share of the targets once and
-serves every seed. Then, for every codebase:
+Two tiers apply the same rules to every codebase and every kata; they differ in how much they judge:
+  full  (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
+        and 2, and every symptom at seeds 0-4 on each CPU kernel path (default, avx2, and avx512 where the CPU has it);
+  test  (make test): every bug planted alone once, in the codebase rotation() gives it, the checks at seed 0, and
+        every symptom at its kata's own [run] seed on the default and avx2 kernel paths.
+The rotation is deterministic: a bug that a one-bug kata plants is proven in that kata's codebase (the planted file
+is the kata's file); every other bug, in katas/bugs.toml's order, goes to whichever codebase it plants
+in has been given the fewest bugs so far (ties in CODEBASES' order: paper, trainer, script, core), so each codebase
+proves about a quarter of the bugs alone. The static rules (an edit still applies, no tell, no unused name) hold for
+every planting in both tiers.
+
+The hidden checks run through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are split
+over one judge process per CPU core, each with one worker that loads its share of the targets once and serves every
+seed. Then, for every codebase:
   - the codebase passes every check;
   - each bug planted alone fails exactly the checks it declares, at least one of them in its own component;
   - each kata fails exactly its FAIL_TO_PASS set (the union of its bugs' checks) and passes the rest;
@@ -16,7 +26,8 @@ serves every seed. Then, for every codebase:
   - no kata file, and no file with one bug planted, contains a tell of its own bugs, and no kata file calls
     itself a reference or a corrected loop;
 and overall:
-  - every check is failed by at least one bug (no dead checks);
+  - every check is failed by at least one bug (no dead checks; in the test tier, a check that no judged bug fails
+    must be declared by a planting the full tier judges);
   - the verdicts are identical across the seeds (no flaky check);
   - every failure is the check's own assertion or a contract call that failed, never an exception raised by
     the checks' own code;
@@ -36,7 +47,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from grpo_katas import ROOT
@@ -45,9 +58,47 @@ from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_p
 from grpo_katas.matrix import Verdict
 
 SEEDS = (0, 1, 2)
+SYMPTOM_SEEDS = (0, 1, 2, 3, 4)
 # a file that advertises itself as the answer (the reference *policy* is GRPO's own vocabulary and is fine)
 ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|corrected (loop|version|implementation|code)"
                      r"|the reference:|measured against", re.I)
+
+
+@dataclass(frozen=True)
+class Tier:
+    """How much a proof judges; both tiers judge every codebase and every kata and apply every rule."""
+    name: str
+    seeds: tuple                  # the checks' base seeds
+    every_codebase: bool          # each bug alone in every codebase it plants in, or once, where rotation() puts it
+    symptom_seeds: tuple | None   # the seeds of the symptom runs; None: each kata's own [run] seed (the brief's)
+    kernels: tuple                # the CPU kernel paths of the symptom runs (ATEN_CPU_CAPABILITY); avx512 where the
+                                  # CPU has it
+
+
+TIERS = {"full": Tier("full", SEEDS, True, SYMPTOM_SEEDS, ("default", "avx2", "avx512")),
+         "test": Tier("test", (0,), False, None, ("default", "avx2"))}
+
+
+def has_avx512() -> bool:
+    """Whether torch would take its AVX-512 kernels here, asked in a process that ATEN_CPU_CAPABILITY does not cap."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                           env=env, capture_output=True, text=True)
+    return "AVX512" in probe.stdout
+
+
+def rotation(bugs: dict, katas: list) -> dict:
+    """bug id -> the one codebase the test tier plants it in alone (the rule is in the module's docstring)."""
+    where = {}
+    for kata in katas:
+        if len(kata.bugs) == 1 and kata.bugs[0] in bugs:
+            where.setdefault(kata.bugs[0], kata.codebase)
+    given = Counter(where.values())
+    for bug in bugs.values():
+        if bug.id not in where and bug.edits:
+            name = min((c for c in CODEBASES if bug.applies_to(c)), key=lambda c: given[c])  # first of the fewest
+            where[bug.id], given[name] = name, given[name] + 1
+    return where
 
 
 def run_matrix(targets: dict, seeds, processes: int) -> tuple:
@@ -120,25 +171,28 @@ def unused_names(source: str) -> set:
     return out
 
 
-def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
+def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> dict:
+    """name -> path of each target to judge: the codebases, each planting in `judged` (a set of (bug id, codebase)),
+    the katas. The static rules (an edit still applies, no unused name, no tell) hold for every planting."""
     targets = {f"codebase:{name}": CODEBASES[name].path for name in codebases}
     for name in codebases:
         source = codebase_source(name)
         unused_before = unused_names(source)
         for bug in bugs.values():
             if bug.applies_to(name):
-                path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
                 try:
                     text = plant(source, [bug], name)
                 except Exception as exc:  # an edit that no longer matches: report it, check the rest
                     problems.append(str(exc).splitlines()[0])
                     continue
-                path.write_text(text)
-                targets[f"{bug.id}@{name}"] = path
                 for left in sorted(unused_names(text) - unused_before):
                     problems.append(f"bug {bug.id}@{name}: the planted file leaves {left} unused, which points at it")
                 for _, tell in tells_in(text, [bug], name):
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
+                if (bug.id, name) in judged:
+                    path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
+                    path.write_text(text)
+                    targets[f"{bug.id}@{name}"] = path
             elif name not in bug.skip:
                 problems.append(f"bug {bug.id}: no edits for the {name} codebase and no reason why not")
     for kata in katas:
@@ -156,7 +210,7 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
     return targets
 
 
-def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
+def judge_verdicts(bugs, katas, first, problems, codebases, judged) -> list:
     checks = sorted(first[f"codebase:{codebases[0]}"])
     for name in codebases:
         if failing(first[f"codebase:{name}"]):
@@ -176,7 +230,10 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
         if got != f2p:
             problems.append(f"{kata.name}: FAIL_TO_PASS {sorted(map(str, f2p))} but fails {sorted(map(str, got))}")
     bug_targets = [k for k in first if "@" in k]
-    dead = [c for c in checks if not any(c in failing(first[k]) for k in bug_targets)]
+    # a check no judged bug fails is dead, unless a planting this tier leaves to the full one declares it
+    unjudged = {c for b in bugs.values() for name in codebases if b.applies_to(name) and (b.id, name) not in judged
+                for c in b.checks_in(name)}
+    dead = [c for c in checks if not any(c in failing(first[k]) for k in bug_targets) and c not in unjudged]
     problems += [f"dead check: no bug fails {c}" for c in dead]
     for name, result in first.items():
         for c, v in result.items():
@@ -185,8 +242,10 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
     return checks
 
 
-def symptom_problems(katas, processes: int) -> list:
-    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel."""
+def symptom_problems(katas, processes: int, seeds=None, kernels=None) -> list:
+    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel.
+    seeds: the runs' seeds (None: each kata's own [run] seed); kernels: the CPU kernel paths (None: this process's).
+    Until issue 20's runs land, every call runs what None asks for."""
     chunks = [[str(k.number) for k in katas[i::processes]] for i in range(processes)]
 
     def run_chunk(chunk):
@@ -219,39 +278,54 @@ def catalogue_rules(bugs, katas, problems) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="base seeds of the checks' draws")
+    parser.add_argument("--tier", choices=list(TIERS), default="full",
+                        help="full: every bug in every codebase, three seeds, every symptom at five seeds and each "
+                             "kernel path (make verify, CI); test: every bug once, one seed (make test)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="base seeds of the checks' draws (default: the tier's, 0 1 2 or 0)")
     parser.add_argument("--processes", type=int, default=max(1, min(os.cpu_count() or 1, 4)),
                         help="parallel judges (default: one per core, at most 4)")
     parser.add_argument("--codebase", choices=list(CODEBASES), default=None,
-                        help="judge only this codebase, its bugs and its katas (while writing its edits)")
+                        help="judge only this codebase and its bugs (while writing its edits)")
     args = parser.parse_args(argv)
-    seeds = tuple(args.seeds)
+    level = TIERS[args.tier]
+    seeds = tuple(args.seeds) if args.seeds else level.seeds
     codebases = [args.codebase] if args.codebase else list(CODEBASES)
     start = time.perf_counter()
     bugs = load_bugs()
-    katas = load_katas() if not args.codebase else []  # --codebase: the codebase and its bugs only
+    every_kata = load_katas()
+    katas = every_kata if not args.codebase else []  # --codebase: the codebase and its bugs only
+    where = rotation(bugs, every_kata)
+    judged = {(b.id, name) for b in bugs.values() for name in codebases
+              if b.applies_to(name) and (level.every_codebase or where[b.id] == name)}
     problems = []
     if not args.codebase:
         catalogue_rules(bugs, katas, problems)
-    with tempfile.TemporaryDirectory() as tmp:
-        targets = targets_for(bugs, katas, Path(tmp), problems, codebases)
+    kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
+    # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
+        symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
+                               kernels=kernels) if katas else None
         runs, trouble = run_matrix(targets, seeds, args.processes)
         problems += trouble
-        if katas:
-            problems += symptom_problems(katas, args.processes)
         print(f"{len(targets)} targets checked at seeds {seeds} ({time.perf_counter() - start:.0f} s)", flush=True)
+        if symptoms:
+            problems += symptoms.result()
+            print(f"the symptoms of {len(katas)} katas ({time.perf_counter() - start:.0f} s)", flush=True)
     first = runs[seeds[0]]
     for seed in seeds[1:]:
         for name in targets:
             if failing(runs[seed].get(name, {})) != failing(first.get(name, {})):
                 diff = sorted(map(str, failing(runs[seed][name]) ^ failing(first[name])))
                 problems.append(f"{name}: verdicts differ between seed {seeds[0]} and seed {seed} on {diff}")
-    checks = judge_verdicts(bugs, katas, first, problems, codebases) if all(t in first for t in targets) else []
+    checks = (judge_verdicts(bugs, katas, first, problems, codebases, judged) if all(t in first for t in targets)
+              else [])
     if checks:
         print_matrix(bugs, checks, first, codebases)
-    planted = sum(len(b.edits) for b in bugs.values())
-    print(f"\n{len(bugs)} bugs ({planted} plantings in {len(CODEBASES)} codebases), {len(katas)} katas, "
-          f"{len(checks)} checks, seeds {seeds}: {len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
+    print(f"\n{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings judged "
+          f"({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}: "
+          f"{len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
     for p in problems:
         print(f"  FAIL {p}")
     return 1 if problems else 0

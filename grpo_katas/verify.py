@@ -1,6 +1,6 @@
 """Prove that the checks bite: `make verify` (the whole proof; .ci/run runs it fresh) and `make test`'s tier of it.
 
-    python -m grpo_katas.verify [--tier full|test] [--seeds 0 1 2] [--codebase NAME]
+    python -m grpo_katas.verify [--tier full|test] [--fresh] [--seeds 0 1 2] [--codebase NAME]
 
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
@@ -10,14 +10,17 @@ Two tiers apply the same rules to every codebase and every kata; they differ in 
   test  (make test): every bug planted alone once, in the codebase rotation() gives it, the checks at seed 0, and
         every symptom at its kata's own [run] seed on the default and avx2 kernel paths.
 The rotation is deterministic: a bug that a one-bug kata plants is proven in that kata's codebase (the planted file
-is the kata's file); every other bug, in katas/bugs.toml's order, goes to whichever codebase it plants
+is the kata's file, judged once); every other bug, in katas/bugs.toml's order, goes to whichever codebase it plants
 in has been given the fewest bugs so far (ties in CODEBASES' order: paper, trainer, script, core), so each codebase
 proves about a quarter of the bugs alone. The static rules (an edit still applies, no tell, no unused name) hold for
 every planting in both tiers.
 
 The hidden checks run through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are split
 over one judge process per CPU core, each with one worker that loads its share of the targets once and serves every
-seed. Then, for every codebase:
+seed. A target's verdicts at a seed are kept in .cache/verify/ (git-ignored) under a key made of the hashes of its
+file, checks/, lab/ and the judge's files (JUDGE_FILES) with the torch and pytest versions, so a second run judges
+only the targets an edit changed; --fresh judges everything (CI does). Targets with the same bytes (a one-bug kata
+and that bug planted alone in its codebase) are judged once. Then, for every codebase:
   - the codebase passes every check;
   - each bug planted alone fails exactly the checks it declares, at least one of them in its own component;
   - each kata fails exactly its FAIL_TO_PASS set (the union of its bugs' checks) and passes the rest;
@@ -40,6 +43,8 @@ It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
 import argparse
 import ast
+import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -49,7 +54,7 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_katas import ROOT
@@ -62,6 +67,11 @@ SYMPTOM_SEEDS = (0, 1, 2, 3, 4)
 # a file that advertises itself as the answer (the reference *policy* is GRPO's own vocabulary and is fine)
 ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|corrected (loop|version|implementation|code)"
                      r"|the reference:|measured against", re.I)
+CACHE = ROOT / ".cache" / "verify"
+# what a verdict depends on besides the target: every file of this repository the judge or its worker imports
+# (tests/test_verify.py holds this list to what they do import)
+JUDGE_FILES = ("checks", "lab", "grpo_katas/judge", "conftest.py", "grpo_katas/matrix.py", "grpo_katas/__init__.py",
+               "grpo_katas/catalogue.py")
 
 
 @dataclass(frozen=True)
@@ -101,8 +111,56 @@ def rotation(bugs: dict, katas: list) -> dict:
     return where
 
 
+class VerdictCache:
+    """Each target's verdicts at one seed, in .cache/verify/SEED/NAME.json with the key they were judged under: the
+    hashes of the target's file and of JUDGE_FILES, the torch and pytest versions and ATEN_CPU_CAPABILITY. One file
+    per target and seed, replaced when its key changes, so the folder never holds more than one entry for each."""
+
+    def __init__(self, root: Path = CACHE, fresh: bool = False, source: Path = ROOT):
+        self.root, self.fresh = root, fresh
+        h = hashlib.sha256()
+        for rel in JUDGE_FILES:
+            base = source / rel
+            for f in sorted(base.rglob("*")) if base.is_dir() else [base]:
+                if f.is_file() and "__pycache__" not in f.parts:
+                    h.update(f"{f.relative_to(source)}\0".encode() + f.read_bytes() + b"\0")
+        for dist in ("torch", "pytest"):
+            h.update(f"{dist}=={importlib.metadata.version(dist)}\0".encode())
+        h.update(os.environ.get("ATEN_CPU_CAPABILITY", "").encode())  # the kernel path this machine's judges take
+        self.judge = h.hexdigest()
+
+    def key(self, path: Path) -> str:
+        return hashlib.sha256(self.judge.encode() + Path(path).read_bytes()).hexdigest()
+
+    def file(self, name: str, seed: int) -> Path:
+        return self.root / str(seed) / f"{name.replace(':', '-').replace('/', '-')}.json"
+
+    def get(self, name: str, key: str, seed: int) -> dict | None:
+        """The verdicts judged under this key, or None (also under --fresh)."""
+        if self.fresh:
+            return None
+        try:
+            entry = json.loads(self.file(name, seed).read_text())
+            if entry["key"] != key:
+                return None
+            return {CheckId.parse(c): Verdict(**v) for c, v in entry["verdicts"].items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, name: str, key: str, seed: int, verdicts: dict) -> None:
+        path = self.file(name, seed)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": key, "verdicts": {str(c): asdict(v) for c, v in verdicts.items()}}))
+            os.replace(tmp, path)  # whole or not at all, should two proofs write at once
+        except OSError:
+            pass  # an unwritable cache costs a later run time, never a verdict
+
+
 def run_matrix(targets: dict, seeds, processes: int) -> tuple:
-    """({seed: {name: {CheckId: Verdict}}}, problems) for every target, in `processes` parallel judges."""
+    """({seed: {name: {CheckId: Verdict}}}, problems, clean) for every target, in `processes` parallel judges; clean
+    names the targets that loaded and whose judge saw no hang, crash or restart: verdicts fit to keep."""
     names = list(targets)
     chunks = [names[i::processes] for i in range(processes)]
 
@@ -116,7 +174,7 @@ def run_matrix(targets: dict, seeds, processes: int) -> tuple:
         try:
             data = json.loads(out.read_text())
         except ValueError:
-            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {r.returncode}): {r.stderr[-500:]}"]
+            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {r.returncode}): {r.stderr[-500:]}"], []
         finally:
             out.unlink(missing_ok=True)
         found = {s: {} for s in seeds}
@@ -125,15 +183,44 @@ def run_matrix(targets: dict, seeds, processes: int) -> tuple:
         for name, per_seed in zip(chunk, data["verdicts"]):
             for s in seeds:
                 found[s][name] = {CheckId.parse(c): Verdict(**v) for c, v in per_seed.get(str(s), {}).items()}
-        return found, problems
+        clean = [] if data["events"] else [n for i, n in enumerate(chunk) if str(i) not in data["load_errors"]]
+        return found, problems, clean
 
-    merged, problems = {s: {} for s in seeds}, []
+    merged, problems, clean = {s: {} for s in seeds}, [], []
     with ThreadPoolExecutor(processes) as pool:
-        for found, trouble in pool.map(run_chunk, [c for c in chunks if c]):
+        for found, trouble, fine in pool.map(run_chunk, [c for c in chunks if c]):
             for s in seeds:
                 merged[s].update(found.get(s, {}))
             problems += trouble
-    return merged, problems
+            clean += fine
+    return merged, problems, clean
+
+
+def judge(targets: dict, seeds, processes: int, cache: VerdictCache) -> tuple:
+    """({seed: {name: verdicts}}, problems, files judged, targets reused). Targets with the same bytes are judged
+    once (a one-bug kata is its bug planted alone in its codebase); a file judged before under the same key at every
+    seed comes from the cache; what was judged cleanly goes into the cache."""
+    same = {}  # key -> the names of the targets with those bytes
+    for name, path in targets.items():
+        same.setdefault(cache.key(path), []).append(name)
+    runs, todo = {s: {} for s in seeds}, {}  # todo: key -> the name it is judged under
+    for key, names in same.items():
+        hits = [{s: cache.get(name, key, s) for s in seeds} for name in names]
+        found = next((h for h in hits if None not in h.values()), None)
+        if found is None:
+            todo[key] = names[0]
+            continue
+        for s, verdicts in found.items():
+            runs[s].update(dict.fromkeys(names, verdicts))
+    fresh, problems, clean = run_matrix({n: targets[n] for n in todo.values()}, seeds, processes)
+    for key, name in todo.items():
+        for s in seeds:
+            if name in fresh[s]:
+                runs[s].update(dict.fromkeys(same[key], fresh[s][name]))
+                if name in clean:
+                    for each in same[key]:
+                        cache.put(each, key, s, fresh[s][name])
+    return runs, problems, len(todo), len(targets) - sum(len(same[k]) for k in todo)
 
 
 def failing(result: dict) -> set:
@@ -281,6 +368,8 @@ def main(argv=None) -> int:
     parser.add_argument("--tier", choices=list(TIERS), default="full",
                         help="full: every bug in every codebase, three seeds, every symptom at five seeds and each "
                              "kernel path (make verify, CI); test: every bug once, one seed (make test)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="judge every target again, reusing no verdict from .cache/verify (CI always does)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="base seeds of the checks' draws (default: the tier's, 0 1 2 or 0)")
     parser.add_argument("--processes", type=int, default=max(1, min(os.cpu_count() or 1, 4)),
@@ -307,9 +396,10 @@ def main(argv=None) -> int:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
         symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
                                kernels=kernels) if katas else None
-        runs, trouble = run_matrix(targets, seeds, args.processes)
+        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(fresh=args.fresh))
         problems += trouble
-        print(f"{len(targets)} targets checked at seeds {seeds} ({time.perf_counter() - start:.0f} s)", flush=True)
+        print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
+              f"{reused} reused from {CACHE.relative_to(ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)
         if symptoms:
             problems += symptoms.result()
             print(f"the symptoms of {len(katas)} katas ({time.perf_counter() - start:.0f} s)", flush=True)

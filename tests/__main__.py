@@ -14,6 +14,7 @@ CI (.ci/run) runs this, then the slow tests (`@pytest.mark.slow`: pytest -m slow
 (make verify FRESH=1: every bug in every codebase, three seeds, every symptom at five seeds and each kernel path).
 """
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -31,11 +32,17 @@ def steps(argv: list) -> list:
             ("the checks on the reference", [sys.executable, "-m", "pytest", "-q", "checks"])]
 
 
+def children_cpu() -> float:
+    """CPU-seconds of the children reaped so far: the proof is reaped last, so a part's is the change across it."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run(parts: list, proof: list, cwd=ROOT) -> int:
-    """Run the parts in turn and the proof beside them, niced; print the proof's report last, then each part's time.
-    The exit status is that of the first part that failed, the proof last, or 0."""
-    start = time.monotonic()
-    done = []  # (what, exit status, seconds)
+    """Run the parts in turn and the proof beside them, niced; print the proof's report last, then each part's time
+    and CPU-seconds. The exit status is that of the first part that failed, the proof last, or 0."""
+    start, cpu = time.monotonic(), children_cpu()
+    done = []  # (what, exit status, seconds, CPU-seconds)
     with tempfile.TemporaryFile("w+") as report:
         beside = subprocess.Popen(proof, cwd=cwd, stdout=report, stderr=subprocess.STDOUT,
                                   preexec_fn=lambda: os.nice(10))
@@ -44,12 +51,13 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
                   flush=True)
             for what, cmd in parts:
                 print(f"\n$ {' '.join(cmd[1:])}", flush=True)
-                t = time.monotonic()
-                done.append((what, subprocess.call(cmd, cwd=cwd), time.monotonic() - t))
+                t, c = time.monotonic(), children_cpu()
+                done.append((what, subprocess.call(cmd, cwd=cwd), time.monotonic() - t, children_cpu() - c))
             if beside.poll() is None:
                 print("\nwaiting for the proof ...", flush=True)
-            done.append(("the proof's test tier (from the start, beside them)", beside.wait(),
-                         time.monotonic() - start))
+            code = beside.wait()
+            done.append(("the proof's test tier (from the start, beside them)", code, time.monotonic() - start,
+                         children_cpu() - cpu - sum(d[3] for d in done)))
         except KeyboardInterrupt:  # the whole process group had the SIGINT; make sure the proof is gone too
             beside.terminate()
             try:
@@ -61,10 +69,11 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
         print(f"\n$ {' '.join(proof[1:])}", flush=True)
         report.seek(0)
         sys.stdout.write(report.read())
-    print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s ({'passed' if code == 0 else f'exit {code}'})"
-                                       for what, code, seconds in done) +
-          f"; {time.monotonic() - start:.0f} s in all", flush=True)
-    return next((code for _, code, _ in done if code), 0)
+    print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s, {cpu_s:.0f} CPU-s "
+                                       f"({'passed' if code == 0 else f'exit {code}'})"
+                                       for what, code, seconds, cpu_s in done) +
+          f"; {time.monotonic() - start:.0f} s, {children_cpu() - cpu:.0f} CPU-s in all", flush=True)
+    return next((code for what, code, *_ in done if code), 0)
 
 
 if __name__ == "__main__":

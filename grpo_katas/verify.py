@@ -396,10 +396,10 @@ def main(argv=None) -> int:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
         symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
                                kernels=kernels) if katas else None
-        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(fresh=args.fresh))
+        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh))
         problems += trouble
         print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
-              f"{reused} reused from {CACHE.relative_to(ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)
+              f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)
         if symptoms:
             problems += symptoms.result()
             print(f"the symptoms of {len(katas)} katas ({time.perf_counter() - start:.0f} s)", flush=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from grpo_katas import ROOT, verify
-from grpo_katas.catalogue import CODEBASES, CheckId, load_bugs, load_katas
+from grpo_katas.catalogue import CODEBASES, CheckId, fail_to_pass, load_bugs, load_katas
 from grpo_katas.matrix import Verdict
 
 
@@ -118,3 +118,40 @@ def test_after_an_edit_to_one_bugs_edit_a_second_proof_judges_only_that_target(r
             break
     edits.write_text("".join(lines))
     assert f"{n} targets at seeds (0,): 1 judged (1 distinct files), {n - 1} reused" in proof()
+
+
+@pytest.mark.parametrize("tier", ["test", "full"])
+def test_each_tier_judges_what_it_says_and_applies_every_rule(tier, tmp_path, monkeypatch, capsys):
+    """The whole proof with a stand-in judge whose verdicts are what the catalogue declares (and without the
+    unused-name rule's parse of every planting, the one costly static rule)."""
+    bugs, katas = load_bugs(), {k.name: k for k in load_katas()}
+    checks = sorted({c for b in bugs.values() for name in b.edits for c in b.checks_in(name)})
+    seen = {}
+
+    def declared(name):
+        if "@" in name:
+            bug, codebase = name.split("@")
+            return set(bugs[bug].checks_in(codebase))
+        return fail_to_pass(katas[name], bugs) if name in katas else set()
+
+    def run_matrix(targets, seeds, processes):
+        seen.update(dict.fromkeys(targets, seeds))
+        verdicts = {n: {c: Verdict(c not in declared(n), kind="assertion") for c in checks} for n in targets}
+        return {s: verdicts for s in seeds}, [], list(targets)
+    monkeypatch.setattr(verify, "run_matrix", run_matrix)
+    symptoms = []
+    monkeypatch.setattr(verify, "symptom_problems", lambda katas, processes, seeds, kernels: symptoms.append(
+        (len(katas), seeds, kernels)) or [])
+    monkeypatch.setattr(verify, "has_avx512", lambda: True)  # as on a CPU that has it
+    monkeypatch.setattr(verify, "CACHE", tmp_path)
+    monkeypatch.setattr(verify, "unused_names", lambda source: set())
+    assert verify.main(["--tier", tier]) == 0, capsys.readouterr().out
+    out = capsys.readouterr().out
+    plantings = sum(len(b.edits) for b in bugs.values())
+    judged = len(bugs) if tier == "test" else plantings
+    assert f"{tier} tier: {judged} of {plantings} plantings judged" in out and "0 problem(s)" in out
+    judged_bugs = Counter(n.split("@")[0] for n in seen if "@" in n)
+    assert set(judged_bugs) | {k.bugs[0] for k in katas.values() if len(k.bugs) == 1} == set(bugs)
+    assert set(seen.values()) == {verify.TIERS[tier].seeds}
+    assert symptoms == [(len(katas), None, ("default", "avx2"))] if tier == "test" else \
+        [(len(katas), (0, 1, 2, 3, 4), ("default", "avx2", "avx512"))]

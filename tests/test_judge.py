@@ -113,6 +113,7 @@ def test_a_hang_is_one_budget_and_later_calls_fail_at_once(tmp_path, monkeypatch
     assert len(w.events) == 1
 
 
+@pytest.mark.slow
 def test_a_correct_target_never_fails_from_load_alone():
     """Two check runs side by side while two processes burn both cores: budgets are CPU time, not wall time."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]

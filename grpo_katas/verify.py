@@ -407,7 +407,7 @@ def main(argv=None) -> int:
     for seed in seeds[1:]:
         for name in targets:
             if failing(runs[seed].get(name, {})) != failing(first.get(name, {})):
-                diff = sorted(map(str, failing(runs[seed][name]) ^ failing(first[name])))
+                diff = sorted(map(str, failing(runs[seed].get(name, {})) ^ failing(first.get(name, {}))))
                 problems.append(f"{name}: verdicts differ between seed {seeds[0]} and seed {seed} on {diff}")
     checks = (judge_verdicts(bugs, katas, first, problems, codebases, judged) if all(t in first for t in targets)
               else [])

@@ -44,8 +44,10 @@ help:
 	@echo "The repository:"
 	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
 	@echo "  make bubblewrap             install the checks' sandbox (bwrap) when missing; make setup runs it"
-	@echo "  make test                   the repository's tests, the checks on the reference, and make verify at one seed"
-	@echo "  make verify                 prove every bug is caught and every kata fails exactly its FAIL_TO_PASS"
+	@echo "  make test                   the tests (not the slow ones), the checks on the reference, and the proof's test"
+	@echo "                              tier: every codebase, kata and bug once, at one seed (.ci/run adds the rest)"
+	@echo "  make verify [FRESH=1]       prove every bug is caught in every codebase and every kata fails exactly its"
+	@echo "                              FAIL_TO_PASS; reuses the verdicts of unchanged targets, FRESH=1 judges all"
 	@echo "  make katas                  rebuild katas/*/grpo.py after editing solutions/grpo.py or katas/bugs.toml"
 
 $(STAMP): pyproject.toml constraints.txt
@@ -72,8 +74,8 @@ bubblewrap:
 
 setup: $(STAMP)
 
-# make test proves every codebase, bug and kata at one seed; `make verify` (and .ci/run) proves all three. The proof
-# runs beside the tests, on the CPU they leave idle (tests/__main__.py)
+# make test: the tests but the slow ones, and the proof's test tier (every bug once, one seed) beside them, on the CPU
+# they leave idle (tests/__main__.py); .ci/run adds the slow tests and the whole proof (make verify FRESH=1)
 test: $(STAMP)
 	$(PYTHON) -m tests
 
@@ -114,7 +116,7 @@ stats: $(STAMP)
 	@$(CLI) stats
 
 verify: $(STAMP)
-	$(PYTHON) -m grpo_katas.verify
+	$(PYTHON) -m grpo_katas.verify $(if $(filter 1 yes true,$(FRESH)),--fresh)
 
 katas: $(STAMP)
 	$(PYTHON) -m grpo_katas.catalogue build

@@ -1,13 +1,26 @@
-"""Prove that the checks bite: `make verify` (`make test` runs it at one seed, `.ci/run` at three).
+"""Prove that the checks bite: `make verify` (the whole proof; .ci/run runs it fresh) and `make test`'s tier of it.
 
-    python -m grpo_katas.verify [--seeds 0 1 2] [--codebase NAME]
+    python -m grpo_katas.verify [--tier full|test] [--fresh] [--seeds 0 1 2] [--codebase NAME]
 
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
-The hidden checks run against every codebase, every catalogue bug planted alone in every codebase it applies
-to, and every kata, through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are
-split over one judge process per CPU core, each with one worker that loads its share of the targets once and
-serves every seed. Then, for every codebase:
+Two tiers apply the same rules to every codebase and every kata; they differ in how much they judge:
+  full  (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
+        and 2, and every symptom at seeds 0-4 on each CPU kernel path (default, avx2, and avx512 where the CPU has it);
+  test  (make test): every bug planted alone once, in the codebase rotation() gives it, the checks at seed 0, and
+        every symptom at its kata's own [run] seed on the default and avx2 kernel paths.
+The rotation is deterministic: a bug that a one-bug kata plants is proven in that kata's codebase (the planted file
+is the kata's file, judged once); every other bug, in katas/bugs.toml's order, goes to whichever codebase it plants
+in has been given the fewest bugs so far (ties in CODEBASES' order: paper, trainer, script, core), so each codebase
+proves about a quarter of the bugs alone. The static rules (an edit still applies, no tell, no unused name) hold for
+every planting in both tiers.
+
+The hidden checks run through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are split
+over one judge process per CPU core, each with one worker that loads its share of the targets once and serves every
+seed. A target's verdicts at a seed are kept in .cache/verify/ (git-ignored) under a key made of the hashes of its
+file, checks/, lab/ and the judge's files (JUDGE_FILES) with the torch and pytest versions, so a second run judges
+only the targets an edit changed; --fresh judges everything (CI does). Targets with the same bytes (a one-bug kata
+and that bug planted alone in its codebase) are judged once. Then, for every codebase:
   - the codebase passes every check;
   - each bug planted alone fails exactly the checks it declares, at least one of them in its own component;
   - each kata fails exactly its FAIL_TO_PASS set (the union of its bugs' checks) and passes the rest;
@@ -17,7 +30,8 @@ serves every seed. Then, for every codebase:
     itself a reference or a corrected loop, or says where it comes from (a style line, a path into solutions/,
     the repository it is modelled on);
 and overall:
-  - every check is failed by at least one bug (no dead checks);
+  - every check is failed by at least one bug (no dead checks; in the test tier, a check that no judged bug fails
+    must be declared by a planting the full tier judges);
   - the verdicts are identical across the seeds (no flaky check);
   - every failure is the check's own assertion or a contract call that failed, never an exception raised by
     the checks' own code;
@@ -34,6 +48,8 @@ It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
 import argparse
 import ast
+import hashlib
+import importlib.metadata
 import json
 import os
 import re
@@ -41,7 +57,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_katas import ROOT
@@ -51,9 +69,99 @@ from grpo_katas.matrix import Verdict
 from grpo_katas.structure import structural_tells
 
 SEEDS = (0, 1, 2)
+SYMPTOM_SEEDS = (0, 1, 2, 3, 4)
 # a file that advertises itself as the answer (the reference *policy* is GRPO's own vocabulary and is fine)
 ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|corrected (loop|version|implementation|code)"
                      r"|the reference:|measured against", re.I)
+CACHE = ROOT / ".cache" / "verify"
+# what a verdict depends on besides the target: every file of this repository the judge or its worker imports
+# (tests/test_verify.py holds this list to what they do import)
+JUDGE_FILES = ("checks", "lab", "grpo_katas/judge", "conftest.py", "grpo_katas/matrix.py", "grpo_katas/__init__.py",
+               "grpo_katas/catalogue.py")
+
+
+@dataclass(frozen=True)
+class Tier:
+    """How much a proof judges; both tiers judge every codebase and every kata and apply every rule."""
+    name: str
+    seeds: tuple                  # the checks' base seeds
+    every_codebase: bool          # each bug alone in every codebase it plants in, or once, where rotation() puts it
+    symptom_seeds: tuple | None   # the seeds of the symptom runs; None: each kata's own [run] seed (the brief's)
+    kernels: tuple                # the CPU kernel paths of the symptom runs (ATEN_CPU_CAPABILITY); avx512 where the
+                                  # CPU has it
+
+
+TIERS = {"full": Tier("full", SEEDS, True, SYMPTOM_SEEDS, ("default", "avx2", "avx512")),
+         "test": Tier("test", (0,), False, None, ("default", "avx2"))}
+
+
+def has_avx512() -> bool:
+    """Whether torch would take its AVX-512 kernels here, asked in a process that ATEN_CPU_CAPABILITY does not cap."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
+                           env=env, capture_output=True, text=True)
+    return "AVX512" in probe.stdout
+
+
+def rotation(bugs: dict, katas: list) -> dict:
+    """bug id -> the one codebase the test tier plants it in alone (the rule is in the module's docstring)."""
+    where = {}
+    for kata in katas:
+        if len(kata.bugs) == 1 and kata.bugs[0] in bugs:
+            where.setdefault(kata.bugs[0], kata.codebase)
+    given = Counter(where.values())
+    for bug in bugs.values():
+        if bug.id not in where and bug.edits:
+            name = min((c for c in CODEBASES if bug.applies_to(c)), key=lambda c: given[c])  # first of the fewest
+            where[bug.id], given[name] = name, given[name] + 1
+    return where
+
+
+class VerdictCache:
+    """Each target's verdicts at one seed, in .cache/verify/SEED/NAME.json with the key they were judged under: the
+    hashes of the target's file and of JUDGE_FILES, the torch and pytest versions and ATEN_CPU_CAPABILITY. One file
+    per target and seed, replaced when its key changes, so the folder never holds more than one entry for each."""
+
+    def __init__(self, root: Path = CACHE, fresh: bool = False, source: Path = ROOT):
+        self.root, self.fresh = root, fresh
+        h = hashlib.sha256()
+        for rel in JUDGE_FILES:
+            base = source / rel
+            for f in sorted(base.rglob("*")) if base.is_dir() else [base]:
+                if f.is_file() and "__pycache__" not in f.parts:
+                    h.update(f"{f.relative_to(source)}\0".encode() + f.read_bytes() + b"\0")
+        for dist in ("torch", "pytest"):
+            h.update(f"{dist}=={importlib.metadata.version(dist)}\0".encode())
+        h.update(os.environ.get("ATEN_CPU_CAPABILITY", "").encode())  # the kernel path this machine's judges take
+        self.judge = h.hexdigest()
+
+    def key(self, path: Path) -> str:
+        return hashlib.sha256(self.judge.encode() + Path(path).read_bytes()).hexdigest()
+
+    def file(self, name: str, seed: int) -> Path:
+        return self.root / str(seed) / f"{name.replace(':', '-').replace('/', '-')}.json"
+
+    def get(self, name: str, key: str, seed: int) -> dict | None:
+        """The verdicts judged under this key, or None (also under --fresh)."""
+        if self.fresh:
+            return None
+        try:
+            entry = json.loads(self.file(name, seed).read_text())
+            if entry["key"] != key:
+                return None
+            return {CheckId.parse(c): Verdict(**v) for c, v in entry["verdicts"].items()}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, name: str, key: str, seed: int, verdicts: dict) -> None:
+        path = self.file(name, seed)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"key": key, "verdicts": {str(c): asdict(v) for c, v in verdicts.items()}}))
+            os.replace(tmp, path)  # whole or not at all, should two proofs write at once
+        except OSError:
+            pass  # an unwritable cache costs a later run time, never a verdict
 
 # where a kata comes from: no file at work names the repository it was modelled on, or the path of its answer
 PROVENANCE = re.compile(r"^#\s*style:.*$|solutions/\S*|\b(karpathy|volcengine|huggingface)/\w+", re.I | re.M)
@@ -115,7 +223,8 @@ def nan_problems(first: dict) -> list:
 
 
 def run_matrix(targets: dict, seeds, processes: int) -> tuple:
-    """({seed: {name: {CheckId: Verdict}}}, problems) for every target, in `processes` parallel judges."""
+    """({seed: {name: {CheckId: Verdict}}}, problems, clean) for every target, in `processes` parallel judges; clean
+    names the targets that loaded and whose judge saw no hang, crash or restart: verdicts fit to keep."""
     names = list(targets)
     chunks = [names[i::processes] for i in range(processes)]
 
@@ -129,7 +238,7 @@ def run_matrix(targets: dict, seeds, processes: int) -> tuple:
         try:
             data = json.loads(out.read_text())
         except ValueError:
-            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {r.returncode}): {r.stderr[-500:]}"]
+            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {r.returncode}): {r.stderr[-500:]}"], []
         finally:
             out.unlink(missing_ok=True)
         found = {s: {} for s in seeds}
@@ -138,15 +247,44 @@ def run_matrix(targets: dict, seeds, processes: int) -> tuple:
         for name, per_seed in zip(chunk, data["verdicts"]):
             for s in seeds:
                 found[s][name] = {CheckId.parse(c): Verdict(**v) for c, v in per_seed.get(str(s), {}).items()}
-        return found, problems
+        clean = [] if data["events"] else [n for i, n in enumerate(chunk) if str(i) not in data["load_errors"]]
+        return found, problems, clean
 
-    merged, problems = {s: {} for s in seeds}, []
+    merged, problems, clean = {s: {} for s in seeds}, [], []
     with ThreadPoolExecutor(processes) as pool:
-        for found, trouble in pool.map(run_chunk, [c for c in chunks if c]):
+        for found, trouble, fine in pool.map(run_chunk, [c for c in chunks if c]):
             for s in seeds:
                 merged[s].update(found.get(s, {}))
             problems += trouble
-    return merged, problems
+            clean += fine
+    return merged, problems, clean
+
+
+def judge(targets: dict, seeds, processes: int, cache: VerdictCache) -> tuple:
+    """({seed: {name: verdicts}}, problems, files judged, targets reused). Targets with the same bytes are judged
+    once (a one-bug kata is its bug planted alone in its codebase); a file judged before under the same key at every
+    seed comes from the cache; what was judged cleanly goes into the cache."""
+    same = {}  # key -> the names of the targets with those bytes
+    for name, path in targets.items():
+        same.setdefault(cache.key(path), []).append(name)
+    runs, todo = {s: {} for s in seeds}, {}  # todo: key -> the name it is judged under
+    for key, names in same.items():
+        hits = [{s: cache.get(name, key, s) for s in seeds} for name in names]
+        found = next((h for h in hits if None not in h.values()), None)
+        if found is None:
+            todo[key] = names[0]
+            continue
+        for s, verdicts in found.items():
+            runs[s].update(dict.fromkeys(names, verdicts))
+    fresh, problems, clean = run_matrix({n: targets[n] for n in todo.values()}, seeds, processes)
+    for key, name in todo.items():
+        for s in seeds:
+            if name in fresh[s]:
+                runs[s].update(dict.fromkeys(same[key], fresh[s][name]))
+                if name in clean:
+                    for each in same[key]:
+                        cache.put(each, key, s, fresh[s][name])
+    return runs, problems, len(todo), len(targets) - sum(len(same[k]) for k in todo)
 
 
 def failing(result: dict) -> set:
@@ -184,27 +322,30 @@ def unused_names(source: str) -> set:
     return out
 
 
-def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
+def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> dict:
+    """name -> path of each target to judge: the codebases, each planting in `judged` (a set of (bug id, codebase)),
+    the katas. The static rules (an edit still applies, no unused name, no tell) hold for every planting."""
     targets = {f"codebase:{name}": CODEBASES[name].path for name in codebases}
     for name in codebases:
         source = codebase_source(name)
         unused_before = unused_names(source)
         for bug in bugs.values():
             if bug.applies_to(name):
-                path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
                 try:
                     text = plant(source, [bug], name)
                 except Exception as exc:  # an edit that no longer matches: report it, check the rest
                     problems.append(str(exc).splitlines()[0])
                     continue
-                path.write_text(text)
-                targets[f"{bug.id}@{name}"] = path
                 for left in sorted(unused_names(text) - unused_before):
                     problems.append(f"bug {bug.id}@{name}: the planted file leaves {left} unused, which points at it")
                 for _, tell in tells_in(text, [bug], name):
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
                 for tell in structural_tells(source, text):
                     problems.append(f"bug {bug.id}@{name}: {tell}, which points at it")
+                if (bug.id, name) in judged:
+                    path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
+                    path.write_text(text)
+                    targets[f"{bug.id}@{name}"] = path
             elif name not in bug.skip:
                 problems.append(f"bug {bug.id}: no edits for the {name} codebase and no reason why not")
     for kata in katas:
@@ -224,7 +365,7 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases) -> dict:
     return targets
 
 
-def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
+def judge_verdicts(bugs, katas, first, problems, codebases, judged) -> list:
     checks = sorted(first[f"codebase:{codebases[0]}"])
     for name in codebases:
         if failing(first[f"codebase:{name}"]):
@@ -244,7 +385,10 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
         if got != f2p:
             problems.append(f"{kata.name}: FAIL_TO_PASS {sorted(map(str, f2p))} but fails {sorted(map(str, got))}")
     bug_targets = [k for k in first if "@" in k]
-    dead = [c for c in checks if not any(c in failing(first[k]) for k in bug_targets)]
+    # a check no judged bug fails is dead, unless a planting this tier leaves to the full one declares it
+    unjudged = {c for b in bugs.values() for name in codebases if b.applies_to(name) and (b.id, name) not in judged
+                for c in b.checks_in(name)}
+    dead = [c for c in checks if not any(c in failing(first[k]) for k in bug_targets) and c not in unjudged]
     problems += [f"dead check: no bug fails {c}" for c in dead]
     for name, result in first.items():
         for c, v in result.items():
@@ -253,8 +397,10 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
     return checks
 
 
-def symptom_problems(katas, processes: int) -> list:
-    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel."""
+def symptom_problems(katas, processes: int, seeds=None, kernels=None) -> list:
+    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel.
+    seeds: the runs' seeds (None: each kata's own [run] seed); kernels: the CPU kernel paths (None: this process's).
+    Until issue 20's runs land, every call runs what None asks for."""
     chunks = [[str(k.number) for k in katas[i::processes]] for i in range(processes)]
 
     def run_chunk(chunk):
@@ -287,41 +433,59 @@ def catalogue_rules(bugs, katas, problems) -> None:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="base seeds of the checks' draws")
+    parser.add_argument("--tier", choices=list(TIERS), default="full",
+                        help="full: every bug in every codebase, three seeds, every symptom at five seeds and each "
+                             "kernel path (make verify, CI); test: every bug once, one seed (make test)")
+    parser.add_argument("--fresh", action="store_true",
+                        help="judge every target again, reusing no verdict from .cache/verify (CI always does)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="base seeds of the checks' draws (default: the tier's, 0 1 2 or 0)")
     parser.add_argument("--processes", type=int, default=max(1, min(os.cpu_count() or 1, 4)),
                         help="parallel judges (default: one per core, at most 4)")
     parser.add_argument("--codebase", choices=list(CODEBASES), default=None,
-                        help="judge only this codebase, its bugs and its katas (while writing its edits)")
+                        help="judge only this codebase and its bugs (while writing its edits)")
     args = parser.parse_args(argv)
-    seeds = tuple(args.seeds)
+    level = TIERS[args.tier]
+    seeds = tuple(args.seeds) if args.seeds else level.seeds
     codebases = [args.codebase] if args.codebase else list(CODEBASES)
     start = time.perf_counter()
     bugs = load_bugs()
-    katas = load_katas() if not args.codebase else []  # --codebase: the codebase and its bugs only
+    every_kata = load_katas()
+    katas = every_kata if not args.codebase else []  # --codebase: the codebase and its bugs only
+    where = rotation(bugs, every_kata)
+    judged = {(b.id, name) for b in bugs.values() for name in codebases
+              if b.applies_to(name) and (level.every_codebase or where[b.id] == name)}
     problems = []
     if not args.codebase:
         catalogue_rules(bugs, katas, problems)
-    with tempfile.TemporaryDirectory() as tmp:
-        targets = targets_for(bugs, katas, Path(tmp), problems, codebases)
+    kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
+    # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
+        symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
+                               kernels=kernels) if katas else None
         targets.update(nan_variants(codebases[0], Path(tmp)))
-        runs, trouble = run_matrix(targets, seeds, args.processes)
+        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh))
         problems += trouble
-        if katas:
-            problems += symptom_problems(katas, args.processes)
-        print(f"{len(targets)} targets checked at seeds {seeds} ({time.perf_counter() - start:.0f} s)", flush=True)
+        print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
+              f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)
+        if symptoms:
+            problems += symptoms.result()
+            print(f"the symptoms of {len(katas)} katas ({time.perf_counter() - start:.0f} s)", flush=True)
     first = runs[seeds[0]]
     for seed in seeds[1:]:
         for name in targets:
             if failing(runs[seed].get(name, {})) != failing(first.get(name, {})):
-                diff = sorted(map(str, failing(runs[seed][name]) ^ failing(first[name])))
+                diff = sorted(map(str, failing(runs[seed].get(name, {})) ^ failing(first.get(name, {}))))
                 problems.append(f"{name}: verdicts differ between seed {seeds[0]} and seed {seed} on {diff}")
-    checks = judge_verdicts(bugs, katas, first, problems, codebases) if all(t in first for t in targets) else []
+    checks = (judge_verdicts(bugs, katas, first, problems, codebases, judged) if all(t in first for t in targets)
+              else [])
     if checks:
         print_matrix(bugs, checks, first, codebases)
         problems += nan_problems(first)
-    planted = sum(len(b.edits) for b in bugs.values())
-    print(f"\n{len(bugs)} bugs ({planted} plantings in {len(CODEBASES)} codebases), {len(katas)} katas, "
-          f"{len(checks)} checks, seeds {seeds}: {len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
+    print(f"\n{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings judged "
+          f"({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}: "
+          f"{len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
     for p in problems:
         print(f"  FAIL {p}")
     return 1 if problems else 0

@@ -1,13 +1,20 @@
-"""`make test`: the repository's tests, the checks on the reference, and the proof at one seed.
+"""`make test`: the repository's tests but the slow ones, the checks on the reference, and the proof's test tier.
 
     python -m tests [PYTEST ARGS]       # extra arguments go to the pytest run of tests/
 
-The proof (python -m grpo_katas.verify --seeds 0) starts first, at a lower CPU priority, and runs beside the tests:
-they spend much of their time waiting on the processes they start (a worker's CPU budget, a round's clock, a
-command's start-up), and the proof takes the CPU they leave idle. Its report follows the tests' and the checks'
-output. The exit status is that of the first of the three that failed, or 0.
+The proof's test tier (python -m grpo_katas.verify --tier test) judges every codebase and every kata, and every bug
+planted alone once, in a codebase that a stated rotation gives it, at one seed, and checks every symptom at its
+brief's seed; it reuses the verdicts of targets that have not changed since they were judged (.cache/verify). It
+starts first, at a lower CPU priority, and runs beside the tests: they spend much of their time waiting on the
+processes they start (a worker's CPU budget, a round's clock, a command's start-up), and the proof takes the CPU
+they leave idle. Its report follows the tests' and the checks' output. The exit status is that of the first of the
+three that failed, or 0.
+
+CI (.ci/run) runs this, then the slow tests (`@pytest.mark.slow`: pytest -m slow tests) and the whole proof, fresh
+(make verify FRESH=1: every bug in every codebase, three seeds, every symptom at five seeds and each kernel path).
 """
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -15,34 +22,42 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROOF = [sys.executable, "-m", "grpo_katas.verify", "--seeds", "0"]
+PROOF = [sys.executable, "-m", "grpo_katas.verify", "--tier", "test"]
 
 
 def steps(argv: list) -> list:
     """(what, command) of the parts that run in turn while the proof runs beside them."""
-    return [("the tests", [sys.executable, "-m", "pytest", "-q", "--durations=12", "tests", *argv]),
+    return [("the tests", [sys.executable, "-m", "pytest", "-q", "--durations=12", "-m", "not slow", "tests",
+                           *argv]),
             ("the checks on the reference", [sys.executable, "-m", "pytest", "-q", "checks"])]
 
 
+def children_cpu() -> float:
+    """CPU-seconds of the children reaped so far: the proof is reaped last, so a part's is the change across it."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def run(parts: list, proof: list, cwd=ROOT) -> int:
-    """Run the parts in turn and the proof beside them, niced; print the proof's report last, then each part's time.
-    The exit status is that of the first part that failed, the proof last, or 0."""
-    start = time.monotonic()
-    done = []  # (what, exit status, seconds)
+    """Run the parts in turn and the proof beside them, niced; print the proof's report last, then each part's time
+    and CPU-seconds. The exit status is that of the first part that failed, the proof last, or 0."""
+    start, cpu = time.monotonic(), children_cpu()
+    done = []  # (what, exit status, seconds, CPU-seconds)
     with tempfile.TemporaryFile("w+") as report:
         beside = subprocess.Popen(proof, cwd=cwd, stdout=report, stderr=subprocess.STDOUT,
                                   preexec_fn=lambda: os.nice(10))
         try:
-            print(f"the proof at one seed ({' '.join(proof[1:])}) runs beside the tests; its report comes last",
+            print(f"the proof's test tier ({' '.join(proof[1:])}) runs beside the tests; its report comes last",
                   flush=True)
             for what, cmd in parts:
                 print(f"\n$ {' '.join(cmd[1:])}", flush=True)
-                t = time.monotonic()
-                done.append((what, subprocess.call(cmd, cwd=cwd), time.monotonic() - t))
+                t, c = time.monotonic(), children_cpu()
+                done.append((what, subprocess.call(cmd, cwd=cwd), time.monotonic() - t, children_cpu() - c))
             if beside.poll() is None:
-                print("\nwaiting for the proof at one seed ...", flush=True)
-            done.append(("the proof at one seed (from the start, beside them)", beside.wait(),
-                         time.monotonic() - start))
+                print("\nwaiting for the proof ...", flush=True)
+            code = beside.wait()
+            done.append(("the proof's test tier (from the start, beside them)", code, time.monotonic() - start,
+                         children_cpu() - cpu - sum(d[3] for d in done)))
         except KeyboardInterrupt:  # the whole process group had the SIGINT; make sure the proof is gone too
             beside.terminate()
             try:
@@ -54,10 +69,11 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
         print(f"\n$ {' '.join(proof[1:])}", flush=True)
         report.seek(0)
         sys.stdout.write(report.read())
-    print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s ({'passed' if code == 0 else f'exit {code}'})"
-                                       for what, code, seconds in done) +
-          f"; {time.monotonic() - start:.0f} s in all", flush=True)
-    return next((code for _, code, _ in done if code), 0)
+    print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s, {cpu_s:.0f} CPU-s "
+                                       f"({'passed' if code == 0 else f'exit {code}'})"
+                                       for what, code, seconds, cpu_s in done) +
+          f"; {time.monotonic() - start:.0f} s, {children_cpu() - cpu:.0f} CPU-s in all", flush=True)
+    return next((code for what, code, *_ in done if code), 0)
 
 
 if __name__ == "__main__":

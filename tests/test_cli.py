@@ -211,6 +211,7 @@ def test_a_state_file_that_cannot_be_written_is_one_line_and_leaves_no_temporary
     assert (repo / "work" / "state.json").read_text() == before
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)  # four training runs in fresh processes
 def test_run_shows_every_metric_then_the_curves_beside_the_reference_which_is_cached(repo):
     cli(repo, "kata", "1")

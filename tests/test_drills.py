@@ -15,6 +15,7 @@ from tests.cli_helpers import cli
 BUGS = load_bugs()
 
 
+@pytest.mark.slow
 def test_drawn_drills_for_many_seeds_catch_every_bug_and_heal_to_their_codebase(tmp_path):
     draws = []
     for seed in range(12):
@@ -74,6 +75,7 @@ def test_an_attempt_moves_its_classes_between_boxes():
     assert rows["kl-sign-flipped"][1:3] == (2, 1.0) and rows["loss-pg-sign"][2] == 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_drill_from_the_cli_is_a_kata_like_any_other_named_d1_everywhere(repo, tmp_path):
     code, out = cli(repo, "drill", "--tier", "warm-up", "--seed", "3")

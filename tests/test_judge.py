@@ -249,6 +249,7 @@ def test_a_restart_cut_short_by_the_time_limit_is_not_an_import_error(tmp_path):
     assert not w.load_errors
 
 
+@pytest.mark.slow
 def test_a_correct_target_never_fails_from_load_alone():
     """Two check runs side by side while two processes burn both cores: budgets are CPU time, not wall time."""
     hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
@@ -271,6 +272,7 @@ def failing(tmp_path, mode, target) -> dict:
     return data["sandbox"], sorted(c for c, v in data["verdicts"][0]["0"].items() if not v["passed"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
 def test_the_plain_process_fallback_gives_the_same_verdicts(tmp_path):
     kata = find_kata(18)

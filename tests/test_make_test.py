@@ -1,11 +1,15 @@
 """`make test` (tests/__main__.py): the proof runs niced beside the other parts, its report comes last, and the exit
-status is the first failure. Tiny commands stand in for the tests, the checks and the proof.
+status is the first failure. Tiny commands stand in for the tests, the checks and the proof. CI (.ci/run) runs make
+test, then the slow tests and the whole proof, and .ci/measure times each of its commands.
 Run: pytest tests/test_make_test.py"""
+import importlib.machinery
+import importlib.util
 import os
 import sys
 
 import pytest
 
+from grpo_katas import ROOT
 from tests.__main__ import run
 
 
@@ -26,8 +30,8 @@ def test_the_first_failure_is_the_exit_status(tmp_path, capfd, codes, expected):
     out = capfd.readouterr().out
     assert out.index("tests ran") < out.index("checks ran") < out.index("proof report")
     summary = out.strip().splitlines()[-1]
-    assert summary.startswith("make test: the tests") and "the proof at one seed" in summary
-    assert ("passed" if expected == 0 else f"exit {expected}") in summary
+    assert summary.startswith("make test: the tests") and "the proof's test tier" in summary
+    assert ("passed" if expected == 0 else f"exit {expected}") in summary and summary.endswith("CPU-s in all")
 
 
 def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):
@@ -36,3 +40,24 @@ def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):
     out = capfd.readouterr().out
     assert "waiting for the proof" in out  # the proof (0.5 s) was still running when the tests (0.2 s) ended
     assert int(out.rsplit("niceness", 1)[1].split()[0]) == min(os.nice(0) + 10, 19)  # 19 is the lowest priority
+
+
+def ci_measure():
+    loader = importlib.machinery.SourceFileLoader("ci_measure", str(ROOT / ".ci" / "measure"))
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(loader.name, loader))
+    loader.exec_module(module)
+    return module
+
+
+def test_ci_runs_make_test_then_the_slow_tests_then_the_whole_proof_fresh_and_measure_times_each():
+    measure = ci_measure()
+    assert measure.ci_commands(ROOT / ".ci" / "run") == [
+        "make test", ".venv/bin/python -m pytest -q -m slow --durations=12 tests", "make verify FRESH=1"]
+
+
+def test_measure_gives_each_command_its_wall_and_cpu_seconds(tmp_path, capfd):
+    burn = "python3 -c 'import time; t = time.process_time(); exec(\"while time.process_time() - t < 0.3: pass\")'"
+    with open(tmp_path / "log", "w") as log:
+        code, wall, cpu, busy = ci_measure().timed(f"{burn}; echo 'make test: done'; exit 3", tmp_path, log)
+    assert code == 3 and cpu >= 0.3 and wall >= cpu - 0.05 and busy >= 0.25
+    assert "make test: done" in capfd.readouterr().out and "make test: done" in (tmp_path / "log").read_text()

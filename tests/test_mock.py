@@ -63,6 +63,7 @@ def test_the_interviewers_sheet_names_the_bugs_and_the_rubric(repo):
     assert code == 0 and "adv-tiled-groups" in out and "root cause" in out and "hint 3" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_bundle_runs_on_its_own_shows_what_its_brief_says_and_holds_no_answers(repo, tmp_path):
     from grpo_katas.symptoms import run_loop

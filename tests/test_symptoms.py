@@ -3,11 +3,14 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from grpo_katas import ROOT
 from grpo_katas.catalogue import find_kata
 from grpo_katas.symptoms import run_loop
 
 
+@pytest.mark.slow
 def test_make_run_shows_the_run_the_symptoms_were_measured_on():
     """Float sums differ with torch's thread count, and over 40 steps so does the whole run: the runner behind
     make run and the symptom runs both use one thread, whatever the machine has (this one has two)."""

@@ -121,6 +121,7 @@ def test_two_steps_from_the_command_line(tmp_path):
     assert r.returncode == 2 and "unknown setting 'betta'" in r.stdout
 
 
+@pytest.mark.slow
 def test_the_gpu_check_script_runs_its_cpu_smoke_test():
     r = subprocess.run([sys.executable, "-m", "grpo_katas.gpu_check", "--device", "cpu", "--small"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)

@@ -185,25 +185,13 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
     return checks
 
 
-def symptom_problems(katas, processes: int) -> list:
-    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel."""
-    chunks = [[str(k.number) for k in katas[i::processes]] for i in range(processes)]
-
-    def run_chunk(chunk):
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-            out = Path(f.name)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        r = subprocess.run([sys.executable, "-m", "grpo_katas.symptoms", "--check", "--json", str(out), *chunk],
-                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            return json.loads(out.read_text())
-        except ValueError:
-            return [f"the symptom runs of katas {', '.join(chunk)} failed (exit {r.returncode}): {r.stderr[-300:]}"]
-        finally:
-            out.unlink(missing_ok=True)
-
-    with ThreadPoolExecutor(processes) as pool:
-        return [p for found in pool.map(run_chunk, [c for c in chunks if c]) for p in found]
+def symptom_problems(katas, processes: int, seeds=None, kernels=None) -> list:
+    """Each kata's recorded symptoms against runs of the kata and its healthy codebase (grpo_katas/symptoms.py),
+    made in `processes` parallel processes and kept in .cache/symptoms/. seeds None: the brief's seed; otherwise
+    each symptom must hold at all but one in five of them (4 of 0-4). kernels None: this process's CPU kernel path;
+    otherwise the brief's seed is checked under each (("default", "avx2"), "avx512" where the CPU has it)."""
+    from grpo_katas import symptoms
+    return symptoms.check(katas, processes, seeds, kernels, log=print)
 
 
 def catalogue_rules(bugs, katas, problems) -> None:

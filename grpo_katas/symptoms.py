@@ -14,7 +14,8 @@ settings and asserts that each symptom shows:
     metric = "kl"               # a stat the loop logs: reward_mean, kl, loss, clip_frac, grad_norm, ...
     window = "last"             # first | last (the mean of 5 steps), max | min (over the run), or a step number
     relation = "above"          # above | below the healthy run (by factor and margin), same (within margin),
-                                # nonfinite (the metric is NaN or inf at some step), crash (the run raises)
+                                # differs (by more than margin), nonfinite (the metric is NaN or inf at some
+                                # step), crash (the run raises)
     factor = 3.0                # above: kata > factor * healthy + margin; below: kata < healthy / factor - margin
     margin = 0.0
     against = {set = {beta = 0.0}}   # optional: compare with the kata's own run under these settings instead,
@@ -56,6 +57,7 @@ import math
 import os
 import platform
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -237,23 +239,32 @@ class Store:
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
                    "ATEN_CPU_CAPABILITY": kernel_name}
             subprocess.run([sys.executable, "-m", "grpo_katas.symptoms", "--compute", str(spec), str(self.folder),
-                            str(out), "--kernel", kernel_name], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL)
+                            str(out), "--kernel", kernel_name] + ["--fresh"] * self.fresh, cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             chosen = out.read_text() if out.exists() else kernel_name
         return None if chosen == kernel_name else f"this CPU has no {kernel_name} kernels (torch chose {chosen})"
 
 
-def compute_main(spec: str, folder: str, out: str, kernel_name: str) -> int:
+def cpu_seconds() -> float:
+    """CPU time of this process and of the rank processes it has waited for."""
+    own, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + ranks.ru_utime + ranks.ru_stime
+
+
+def compute_main(spec: str, folder: str, out: str, kernel_name: str, fresh: bool = False) -> int:
     """The child: under this process's kernel path, make each (key, path, settings) of the spec and write it to
     folder/key.json as soon as it is made; `out` gets the kernel path torch chose."""
     Path(out).write_text(kernel())
     if kernel() != kernel_name:
         return 0
     for key, path, settings in json.loads(Path(spec).read_text()):
+        if not fresh and (Path(folder) / f"{key}.json").exists():
+            continue  # made meanwhile by another check sharing the folder
+        start = cpu_seconds()
         run = fresh_run(path, settings)
         with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
             json.dump({"loop": path, "settings": settings, "kernel": kernel_name, "history": run.history,
-                       "crash": run.crash}, f)
+                       "crash": run.crash, "cpu_seconds": round(cpu_seconds() - start, 2)}, f)
         os.replace(f.name, Path(folder) / f"{key}.json")
     return 0
 
@@ -268,19 +279,23 @@ def settings_of(kata, symptom: dict, seed: int | None) -> dict:
 
 
 def sides(kata, symptom: dict, seed: int | None, loop=None) -> tuple:
-    """((path, settings) of the kata's run, (path, settings) of the run it is compared with, or None). Another
-    loop (the kata healed of one bug) runs only as many steps as the symptom's window needs."""
+    """((path, settings) of the kata's run, (path, settings) of the run it is compared with, or None). A run made
+    for this symptom alone (the kata under other settings, or healed of one bug) runs only as many steps as the
+    symptom's window needs: a run's first steps do not depend on how many follow."""
     mine = settings_of(kata, symptom, seed)
+    window = symptom.get("window", "last")
+    short = {**mine, "steps": min(mine["steps"], window if isinstance(window, int) else
+                                  WINDOW if window == "first" else mine["steps"])}
     healthy = (CODEBASES[kata.codebase].path, mine)
     if loop is not None:
-        window = symptom.get("window", "last")
-        steps = window if isinstance(window, int) else WINDOW if window == "first" else mine["steps"]
-        mine = {**mine, "steps": min(steps, mine["steps"])}
+        mine = short
     loop = loop or kata.loop
     if symptom["relation"] in ("crash", "nonfinite"):
         return (loop, mine), None
     if "against" in symptom:  # the kata itself: under other settings, or the same run's other metric
-        return (loop, mine), (loop, {**mine, "set": {**mine["set"], **symptom["against"].get("set", {})}})
+        if "set" not in symptom["against"]:
+            return (loop, mine), (loop, mine)
+        return (loop, mine), (loop, {**short, "set": {**mine["set"], **symptom["against"]["set"]}})
     return (loop, mine), healthy
 
 
@@ -305,7 +320,7 @@ def shows(kata, symptom: dict, seed: int | None = None, get=None, loop=None) -> 
         return False, seen, (a, b)
     factor, margin = float(symptom.get("factor", 1.0)), float(symptom.get("margin", 0.0))
     ok = {"above": lambda: a > factor * b + margin, "below": lambda: a < b / factor - margin,
-          "same": lambda: abs(a - b) <= margin}[relation]()
+          "same": lambda: abs(a - b) <= margin, "differs": lambda: abs(a - b) > margin}[relation]()
     return ok, seen, (a, b)
 
 
@@ -319,31 +334,32 @@ def describe(symptom: dict) -> str:
 
 # --- the numbers a brief prints ---------------------------------------------------------------------------
 
-QUOTE = re.compile(r"(about |under |over )?(-?\d+(?:\.\d+)?)")
+QUOTE = re.compile(r"(about |under |below |less than |over |above |more than )?(-?\d+(?:\.\d+)?)")
 
 
 def reads(text: str, value: float | None) -> bool:
     """Does `value` read as the brief's `text`: "0.42" (rounds to it at the digits printed), "about 2.7" (within
-    15%), "under 0.05", "over 3"?"""
+    15%), "under 0.05" (below, less than), "over 3" (above, more than)?"""
     m = QUOTE.fullmatch(text.strip())
     if m is None:
         raise ValueError(f"{text!r} is not a number a brief can print (X, about X, under X, over X)")
     if value is None or not math.isfinite(value):
         return False
-    how, number = m.group(1), float(m.group(2))
-    if how == "about ":
+    how, number = (m.group(1) or "").strip(), float(m.group(2))
+    if how == "about":
         return abs(value - number) <= ABOUT * abs(number)
-    if how == "under ":
+    if how in ("under", "below", "less than"):
         return value < number
-    if how == "over ":
+    if how in ("over", "above", "more than"):
         return value > number
     digits = len(m.group(2).partition(".")[2])
     return round(value, digits) == number or abs(value - number) <= 0.5 * 10 ** -digits + 1e-12
 
 
-def suggest(values: list) -> str:
-    """How a brief can print a reading taken under several kernel paths so that it reads true under each: the value
-    itself where they agree to two significant digits, else "about X", else "under X" or "over X"."""
+def suggest(values: list, bound: str = "over") -> str:
+    """How a brief can print a reading so that it reads true for every value given (the brief's seed under each
+    kernel path; for a window late in a run, whose last bits 40 steps amplify, every seed too): the value where
+    they agree to two significant digits, else "about X", else a bound ("over X" or "under X")."""
     values = [v for v in values if v is not None and math.isfinite(v)]
     if not values:
         return "-"
@@ -351,7 +367,15 @@ def suggest(values: list) -> str:
     for text in (plain(values[0]), f"about {plain(mid)}"):
         if all(reads(text, v) for v in values):
             return text
-    return f"over {plain(lo * 0.9)}" if lo > 0 else f"under {plain(hi * 1.1 if hi > 0 else hi * 0.9)}"
+    if bound == "over":
+        return f"over {plain(lo * 0.9 if lo > 0 else lo * 1.1)}"
+    return f"under {plain(hi * 1.1 if hi > 0 else hi * 0.9)}"
+
+
+def early(symptom: dict) -> bool:
+    """Is the symptom's window in a run's first steps, before 40 steps of sampling amplify a kernel's last bits?"""
+    window = symptom.get("window", "last")
+    return window == "first" or isinstance(window, int) and window <= WINDOW
 
 
 def plain(x: float, digits: int = 2) -> str:
@@ -380,13 +404,13 @@ def attributed(kata, symptom: dict) -> list:
 
 
 def coverage_problems(kata, bugs: dict) -> list:
-    """Every bug is shown by a symptom or named by a [[probe]] whose words are in the first hint, and a probe
-    run's settings are named in the first hint."""
+    """Every bug is shown by a symptom or named by a [[probe]] whose words are in the first hint, and the
+    settings of every rerun a symptom compares with (against, probe) are named by the brief or the first hint."""
     out, hint = [], kata.hints[0] if kata.hints else ""
+    named = hint + "\n" + (kata.brief if (kata.path / "BRIEF.md").exists() else "")
     shown = {b for s in kata.symptoms for b in attributed(kata, s)}
-    probes = load_probes(kata)
-    for p in probes:
-        if p.get("look", "") not in hint or not p.get("look") or not p.get("why"):
+    for p in load_probes(kata):
+        if not p.get("look") or p["look"] not in hint or not p.get("why"):
             out.append(f"{kata.name}: a [[probe]] for {', '.join(p.get('bugs', []))} needs a why and a look that "
                        f"the first hint contains")
         shown |= set(p.get("bugs", []))
@@ -397,10 +421,11 @@ def coverage_problems(kata, bugs: dict) -> list:
         for b in attributed(kata, s):
             if b not in kata.bugs:
                 out.append(f"{kata.name}: a symptom names {b}, which is not one of its bugs")
-        for key, value in s.get("probe", {}).get("set", {}).items():
-            if not any(k == key and same_value(v, value) for k, v in re.findall(r"(\w+)=([\w.+-]+)", hint)):
-                out.append(f"{kata.name}: symptom {describe(s)} is seen under {key}={value}, which the first hint "
-                           f"does not name")
+        rerun = {**s.get("against", {}).get("set", {}), **s.get("probe", {}).get("set", {})}
+        for key, value in rerun.items():
+            if not any(same_value(v, value) for v in re.findall(rf"\b{key}\s*=\s*([\w.+-]+)", named)):
+                out.append(f"{kata.name}: symptom {describe(s)} is seen on a rerun with {key}={value}, which neither "
+                           f"the brief nor the first hint names")
     return out
 
 
@@ -417,7 +442,7 @@ def load_probes(kata) -> list:
     return tomllib.loads(meta.read_text()).get("probe", []) if meta.exists() else []
 
 
-def plan(katas, seeds, kernels, native: str, folder: Path) -> tuple:
+def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True) -> tuple:
     """(wanted runs per kernel path, the evaluations to make): each symptom at every seed on this process's path,
     at the brief's seed on every other path named, and, at the brief's seed, with each bug it names healed."""
     bugs = load_bugs()
@@ -436,7 +461,7 @@ def plan(katas, seeds, kernels, native: str, folder: Path) -> tuple:
                 if name != native or None not in seeds and k.run["seed"] not in seeds:
                     want(name, s, k, None)
                     evals.append(("kernel", k, i, None, name, None))
-            if len(k.bugs) > 1:
+            if len(k.bugs) > 1 and healed:
                 for b in attributed(k, s):
                     if b in k.bugs:
                         loop = healed_loop(k, b, bugs, folder)
@@ -446,16 +471,17 @@ def plan(katas, seeds, kernels, native: str, folder: Path) -> tuple:
 
 
 def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = False, folder: Path = CACHE,
-          log=lambda line: None) -> list:
+          healed: bool | None = None, log=lambda line: None) -> list:
     """The problems with the katas' symptoms: each must show at the brief's seed on this kernel path and on each
-    of `kernels`, at needed(len(seeds)) of `seeds` (None: the brief's seed only), and no longer show with a bug it
-    names healed; the brief's quoted numbers must read true at its seed on every path; every bug must be
-    reachable."""
+    of `kernels`, and at needed(len(seeds)) of `seeds` (None: the brief's seed only); the numbers the brief prints
+    must read true at its seed on every path; every bug must be shown by a symptom or named by a probe; and, when
+    `healed` (default: when seeds are given, the full proof), a symptom must go away with a bug it names healed."""
     native = kernel()
+    healed = seeds is not None if healed is None else healed
     seeds = list(seeds) if seeds else [None]
     kernels = list(dict.fromkeys(kernels or [native]))
     store = Store(folder, fresh)
-    wanted, evals = plan(katas, seeds, kernels, native, Path(folder))
+    wanted, evals = plan(katas, seeds, kernels, native, Path(folder), healed)
     store.fetch(wanted, processes)
     for name, why in store.skipped.items():
         log(f"symptoms: the {name} kernel path is skipped: {why}")
@@ -516,8 +542,11 @@ def report(kata, seeds, store: Store, kernels=()) -> str:
         at_brief += [c[3] for c in cells[len(seeds):]]
         held = sum(ok for _, ok, _, _ in cells[:len(seeds)])
         spec = {k: v for k, v in s.items() if k not in ("metric", "relation")}
-        says = f"; can say {suggest([a for a, _ in at_brief])!r} against {suggest([b for _, b in at_brief])!r}" \
-            if at_brief and s["relation"] not in ("crash", "nonfinite") else ""
+        read = at_brief if early(s) else [c[3] for c in cells]  # late in a run, a kernel path is as good as a seed
+        bound = "under" if s["relation"] == "below" else "over"
+        says = f"; can say {suggest([a for a, _ in read], bound)!r} against " \
+               f"{suggest([b for _, b in read], 'over' if bound == 'under' else 'under')!r}" \
+            if read and s["relation"] not in ("crash", "nonfinite") else ""
         lines.append(f"  symptom {i + 1} {describe(s)} {spec}: holds at {held}/{len(seeds)}{says}")
         lines += [f"      {where:18s} {'ok' if ok else 'NO'}  {seen}" for where, ok, seen, _ in cells]
     lines.append(f"  {'metric':16s} {'window':6s} " + " ".join(f"{'seed ' + str(sd):>17s}" for sd in seeds))
@@ -549,7 +578,7 @@ def main(argv=None) -> int:
     p.add_argument("--kernel", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     if a.compute:
-        return compute_main(*a.compute, a.kernel)
+        return compute_main(*a.compute, a.kernel, a.fresh)
     if a.seeds and not a.katas and not a.check:
         p.error("name the katas first (python -m grpo_katas.symptoms 17 --seeds 0 1 2 3 4) or after -- "
                 "(--seeds 0 1 2 3 4 -- 17): --seeds takes every number after it")

@@ -24,7 +24,10 @@ and overall:
     planted somewhere says why;
   - each interview round uses a codebase that no warm-up uses;
   - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer);
-  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase.
+  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase, at
+    the brief's seed under each CPU kernel path asked for and at all but one in five of the seeds asked for; the
+    numbers the brief prints read true under each kernel path; and, with seeds asked for, each symptom goes away
+    when a bug it names is healed, so every bug is reachable (grpo_katas/symptoms.py).
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
 """
 import argparse

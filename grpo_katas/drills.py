@@ -142,17 +142,48 @@ def hidden_bugs(bugs: dict, chosen: list, codebase: str, verdicts: dict) -> list
     return [b for b in chosen if not any(c in verdicts and not verdicts[c].passed for c in mine[b])]
 
 
-def symptoms_of(drill_path: Path, codebase: str) -> list:
-    """(metric, the drill's value, the healthy value) for the metrics that moved most in a short run, largest
-    first; only clear departures (a factor of 1.5, or NaN, or a crash) count."""
-    from grpo_katas.symptoms import METRICS, run_loop
-    mine, healthy = run_loop(drill_path, DRILL_RUN), run_loop(CODEBASES[codebase].path, DRILL_RUN)
-    if mine.crash:
-        return [("crash", None, mine.crash, None)]
+DRILL_SEEDS = (0, 1)  # a drill's symptom shows at the seed its brief reports and at one more: an effect, not luck
+
+# A rerun that shows a bug the default settings hide (its effect needs the setting), named by the first hint.
+PROBES = {
+    "sampling-no-temperature": {"temperature": 0.7},
+    "logprobs-no-temperature": {"temperature": 0.7},
+    "logprobs-temperature-after-softmax": {"temperature": 0.7},
+    "sampler-logp-untempered": {"temperature": 0.7, "is_cap": 3.0},
+    "is-weight-uncapped": {"temperature": 0.7, "is_cap": 3.0},
+    "is-weight-from-policy": {"is_cap": 3.0},
+    "loss-type-ignored": {"loss_type": "dr_grpo"},
+    "dr-grpo-rollout-width": {"loss_type": "dr_grpo"},
+    "accum-divided-by-steps": {"loss_type": "dapo", "grad_accum_steps": 4},
+    "accum-local-token-count": {"loss_type": "dapo", "grad_accum_steps": 4},
+    "scale-rewards-truthy": {"scale_rewards": "none"},
+    "clip-high-on-lower": {"clip_eps_high": 0.28},
+    "kl-beta-hardcoded": {"beta": 0.5},
+    "kl-detached-logp": {"beta": 0.5},
+    "kl-in-reward": {"beta": 0.5},
+    "old-logp-bf16": {"num_iterations": 1},
+}
+# Bugs that change no number a run logs, whatever the settings: the first hint names what to look at instead.
+LOOK = {
+    "sampling-with-grad": "print whether the log-probs `generate` records require grad",
+    "sampling-pad-attended": "print one finished row's attention mask next to its tokens",
+    "sampling-no-early-stop": "count the columns `generate` appends after every row has ended",
+    "mask-last-eos": "build a completion with two EOS tokens and print its completion mask",
+    "adv-grad-leak": "pass the advantages rewards with requires_grad=True and look at the result",
+    "update-ref-with-grad": "after one step, print whether the reference model's parameters carry a .grad",
+    "is-weight-inverted": "give `grpo_loss` a sampler_logp below old_logp and print the weight it applies",
+    "mask-by-multiplication": "put -inf in a log-prob under the mask and print the loss",
+}
+
+
+def departures(mine, other) -> list:
+    """(size, metric, window, a, b) for each window where two runs clearly differ (a factor of 1.5, opposite
+    signs, or not finite), largest first."""
+    from grpo_katas.symptoms import METRICS
     found = []
     for m in METRICS:
         for window in ("last", "max"):
-            a, b = mine.window(m, window), healthy.window(m, window)
+            a, b = mine.window(m, window), other.window(m, window)
             if a is None or b is None:
                 continue
             if not math.isfinite(a):
@@ -162,13 +193,47 @@ def symptoms_of(drill_path: Path, codebase: str) -> list:
             big, small = max(abs(a), abs(b), floor), max(min(abs(a), abs(b)), floor)
             if (a * b < 0 and abs(a - b) > floor) or big / small > 1.5:
                 found.append((big / small if a * b >= 0 else 5.0, m, window, a, b))
-    found.sort(reverse=True)
+    return sorted(found, reverse=True)
+
+
+def symptoms_of(drill_path: Path, codebase: str, settings: dict = DRILL_RUN) -> list:
+    """(metric, window, the drill's value, the healthy value) at the brief's seed for the metrics that moved most
+    in a short run, largest first: clear departures (departures()), or a crash, that show at every seed of
+    DRILL_SEEDS in the same direction."""
+    from grpo_katas.symptoms import run_loop
+    runs = [(run_loop(drill_path, {**settings, "seed": s}), run_loop(CODEBASES[codebase].path, {**settings, "seed": s}))
+            for s in DRILL_SEEDS]
+    if all(mine.crash for mine, _ in runs):
+        return [("crash", None, runs[0][0].crash, None)]
+    others = [{(m, w): (a > b) for _, m, w, a, b in departures(*pair)} for pair in runs[1:]]
     seen, out = set(), []
-    for _, m, window, a, b in found:
-        if m not in seen:
+    for _, m, window, a, b in departures(*runs[0]):
+        if m not in seen and all(o.get((m, window)) == (a > b) for o in others):
             seen.add(m)
             out.append((m, window, a, b))
     return out[:2]
+
+
+def reach(bugs: dict, codebase: str, chosen: list, path: Path) -> tuple:
+    """(probes, hidden): how each drawn bug can be seen. A bug shows in the brief's run when healing it alone (the
+    others left in) clearly changes that run; else under its PROBES rerun, healed against not; else by what LOOK
+    says to look at. probes: (bug, settings or None, words) for the first hint; hidden: bugs none of that reaches."""
+    from grpo_katas.symptoms import run_loop
+    probes, hidden = [], []
+    for b in chosen if len(chosen) > 1 else ():  # one bug: the brief's run against the healthy one shows it
+        healed = path.with_name(f"healed-{b}.py")
+        healed.write_text(plant(codebase_source(codebase), [bugs[o] for o in chosen if o != b], codebase))
+        if departures(run_loop(path, DRILL_RUN), run_loop(healed, DRILL_RUN)):
+            continue
+        probe = {**DRILL_RUN, "set": PROBES.get(b, {})}
+        if b in PROBES and departures(run_loop(path, probe), run_loop(healed, probe)):
+            setting = " ".join(f"{k}={v}" for k, v in PROBES[b].items())
+            probes.append((b, PROBES[b], f"rerun with `SET='{setting}'` against a healthy run at the same settings"))
+        elif b in LOOK:
+            probes.append((b, None, LOOK[b]))
+        else:
+            hidden.append(b)
+    return probes, hidden
 
 
 WORDS = {"reward_mean": "the mean reward", "reward_max": "the best reward in a batch", "kl": "the logged KL",
@@ -194,19 +259,25 @@ def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
     return f"{'An' if tier[0] in 'aeiou' else 'A'} {tier} drill, drawn for you. {seen} {count}"
 
 
-def hints_for(bugs: dict, chosen: list, symptoms: list, key: str) -> list:
+def hints_for(bugs: dict, chosen: list, symptoms: list, key: str, probes: list = ()) -> list:
+    """The ladder: how to see every bug (the brief's run, then a probe for each bug it does not show), where to
+    look, what is wrong."""
     comps = sorted({bugs[b].component for b in chosen})
     first = (f"Reproduce it first: `make run N={key}` shows the same run beside a healthy one; watch "
              + (" and ".join(WORDS.get(s[0], s[0]) for s in symptoms if s[0] != "crash") or "where it stops")
              + ", and change one setting at a time (`SET=beta=0`, then `SET=num_iterations=1`) to see what moves "
                "them.")
+    if probes:
+        first += (" Not every bug shows on that run: " + "; ".join(dict.fromkeys(words for _, _, words in probes))
+                  + ".")
     second = "Look at: " + ", ".join(comps) + (" (one bug in each)" if len(comps) == len(chosen) else "") + "."
     third = " ".join(bugs[b].what.split(". ")[0].rstrip(".") + "." for b in chosen)
     return [first, second, third]
 
 
 def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
-    """(None, symptoms) when the drill is proven, else (why not, None)."""
+    """(None, (symptoms, probes)) when the drill is proven, else (why not, None): every drawn bug trips a check of
+    its own, the run shows a symptom at every seed of DRILL_SEEDS, and every bug is reachable (reach())."""
     from grpo_katas import matrix
     path = workdir / "grpo.py"
     path.write_text(plant(codebase_source(codebase), [bugs[b] for b in chosen], codebase))
@@ -220,8 +291,11 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
         return f"{', '.join(hidden)} hidden by the others", None
     symptoms = symptoms_of(path, codebase)
     if not symptoms:
-        return "no symptom shows in a short run", None
-    return None, symptoms
+        return "no symptom shows in a short run at every seed", None
+    probes, unseen = reach(bugs, codebase, chosen, path)
+    if unseen:
+        return f"{', '.join(unseen)} shows in no run and has no probe", None
+    return None, (symptoms, probes)
 
 
 # --- the work area ------------------------------------------------------------------------------------
@@ -281,6 +355,7 @@ class Draw:
     source: str
     seconds: float
     tries: int
+    probes: list = ()   # (bug, setting, what to print) for each drawn bug the brief's run does not show
 
 
 def make(state: dict, tier: str | None = None, k: int | None = None, codebase: str | None = None,
@@ -307,7 +382,7 @@ def make(state: dict, tier: str | None = None, k: int | None = None, codebase: s
             tries += 1
             name, chosen = draw(bugs, tier, k, codebase, rng, weights, first if tries <= 3 else ())
             on_try(f"try {tries}: proving a {tier} drill")
-            problem, symptoms = prove(bugs, name, chosen, Path(tmp))
+            problem, proof = prove(bugs, name, chosen, Path(tmp))
             if problem is None:
                 break
             why.append(problem)
@@ -315,7 +390,8 @@ def make(state: dict, tier: str | None = None, k: int | None = None, codebase: s
             raise UserError(f"no drill could be proven in {PROOF_SECONDS} s ({tries} draws: {'; '.join(why[-3:])}); "
                             f"try another SEED or TIER")
         source = (Path(tmp) / "grpo.py").read_text()
-    return Draw(tier, name, chosen, symptoms, seed, scheduled, source, time.monotonic() - start, tries)
+    symptoms, probes = proof
+    return Draw(tier, name, chosen, symptoms, seed, scheduled, source, time.monotonic() - start, tries, probes)
 
 
 def file(state: dict, d: Draw) -> Drill:
@@ -330,7 +406,7 @@ def file(state: dict, d: Draw) -> Drill:
     brief = brief_text(d.symptoms, len(d.bugs), d.tier)
     copy = WORK / f"{key}-drill" / "grpo.py"
     recipe = {"codebase": d.codebase, "bugs": d.bugs, "seed": d.seed, "scheduled": d.scheduled,
-              "hints": hints_for(load_bugs(), d.bugs, d.symptoms, key)}
+              "hints": hints_for(load_bugs(), d.bugs, d.symptoms, key, d.probes)}
     meta = {"tier": d.tier, "minutes": minutes, "symptoms": recorded, "made": now(),
             "seconds_to_prove": round(d.seconds, 1), "tries": d.tries, "sealed": seal(recipe)}
     try:

@@ -1,4 +1,4 @@
-"""The symptoms a kata's brief cites, as data, and the proof that a run shows them.
+"""The symptoms a kata's brief cites, as data, and the proof that they are its bugs' effects on any seed and CPU.
 
 A brief reports what a run shows, never what is wrong. Every symptom it cites is a [[symptom]] in kata.toml, and
 `make verify` runs the kata and its healthy codebase (the kata with its bugs fixed) with the kata's [run]
@@ -14,31 +14,76 @@ settings and asserts that each symptom shows:
     metric = "kl"               # a stat the loop logs: reward_mean, kl, loss, clip_frac, grad_norm, ...
     window = "last"             # first | last (the mean of 5 steps), max | min (over the run), or a step number
     relation = "above"          # above | below the healthy run (by factor and margin), same (within margin),
-                                # nonfinite (the metric is NaN or inf at some step), crash (the run raises)
+                                # differs (by more than margin), nonfinite (the metric is NaN or inf at some
+                                # step), crash (the run raises)
     factor = 3.0                # above: kata > factor * healthy + margin; below: kata < healthy / factor - margin
     margin = 0.0
     against = {set = {beta = 0.0}}   # optional: compare with the kata's own run under these settings instead,
     against = {metric = "reward_mean@1"}  # or with another metric of the same run (another rank, say)
+    probe = {set = {temperature = 0.7}}   # optional: both runs under these settings too, a rerun the first hint
+                                # names (`SET=temperature=0.7`); the brief's run is then not where it shows
+    bugs = ["kl-k1"]            # the bugs whose effect it is (a kata of one bug: that bug); with this bug
+                                # fixed and the others left in, the symptom must not show
+    says = "about 2.7"          # optional: the kata's value as the brief prints it, and the run it is compared
+    says_against = "0.42"       # with: "X" (rounds to X), "about X" (within 15%), "under X", "over X"
 
-    python -m grpo_katas.symptoms 3 17        # each window of each metric, the kata's and the healthy run's
-    python -m grpo_katas.symptoms --check --json out.json 3 17    # what verify runs
+    [[probe]]                   # a bug no run shows: what the first hint has the candidate look at
+    bugs = ["sampling-with-grad"]
+    look = "requires_grad"      # words of the first hint rung
+    why = "sampling with autograd on changes no number a run logs"
+
+A symptom is its bugs' effect, not a seed's luck: verify checks each one at the brief's seed under several of
+torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the CPU has it: their last bits
+differ, and 40 steps of sampling and training amplify them), and over several seeds, of which it must hold at
+all but one in five (4 of 0-4). The numbers a brief prints (says) are checked at the brief's seed on every kernel
+path, so they hold on any CPU at the precision printed. Every bug of a kata is reachable: a symptom of the
+brief's run or of a probe run shows it (healing that bug alone makes the symptom go), or a [[probe]] names where
+to look in the first hint.
+
+A kernel path is fixed when torch is imported, so each is a process of its own: the runs a check needs are
+shared out over child processes (this module, --compute) under each path, and kept in .cache/symptoms/
+(git-ignored), one file per run, keyed by the loop file's bytes, the code a run depends on (lab/, runs.py,
+loader.py), its settings and seed, the kernel path and torch's version: a second verify re-runs only what changed.
+
+    python -m grpo_katas.symptoms 3 17                       # each window of each metric, kata against healthy
+    python -m grpo_katas.symptoms --seeds 0 1 2 3 4 3        # kata 3's symptoms and windows at each seed
+    python -m grpo_katas.symptoms --check --seeds 0 1 2 3 4 --kernels default avx2   # the proof CI's verify runs
 """
 import argparse
+import functools
 import hashlib
 import json
 import math
+import os
+import platform
+import re
+import resource
+import subprocess
 import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
-from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
+from grpo_katas import ROOT
+from grpo_katas.catalogue import CODEBASES, codebase_source, find_kata, load_bugs, load_katas, plant
 from grpo_katas.runs import RunConfig, drive, drive_ranks
 
 METRICS = ["reward_mean", "reward_max", "kl", "loss", "clip_frac", "grad_norm", "adv_std", "completion_len",
            "ratio_dev"]
 WINDOW = 5
+ABOUT = 0.15  # "about X" in a brief: within 15% of X
+CACHE = ROOT / ".cache" / "symptoms"
+DEPENDS = [ROOT / "lab", ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "loader.py"]  # what a run imports
 
+
+def needed(seeds: int) -> int:
+    """Of n seeds, how many a symptom must hold at: all but one in five (4 of 5, 8 of 10, 3 of 3, 1 of 1)."""
+    return seeds - seeds // 5
+
+
+# --- runs -----------------------------------------------------------------------------------------------
 
 class Run:
     """One run's history, or the crash that ended it."""
@@ -63,104 +108,505 @@ class Run:
         return any(isinstance(h.get(metric), float) and not math.isfinite(h[metric]) for h in self.history)
 
 
+def kernel() -> str:
+    """This process's CPU kernel path: default, avx2, avx512 (zvector, sve256, ... elsewhere)."""
+    return torch.backends.cpu.get_cpu_capability().lower()
+
+
+def supported(name: str) -> bool:
+    """Can this CPU run torch's kernels of that path? (ATEN_CPU_CAPABILITY=avx512 is obeyed without asking the CPU,
+    which then meets instructions it does not have.)"""
+    probe = {"avx2": "_is_avx2_supported", "avx512": "_is_avx512_supported"}.get(name)
+    if name == "default" or name == kernel():
+        return True
+    return bool(getattr(torch.cpu, probe)()) if probe and hasattr(torch.cpu, probe) else False
+
+
+@functools.cache
+def depends_digest() -> str:
+    h = hashlib.sha256()
+    for p in sorted(f for d in DEPENDS for f in ([d] if d.is_file() else d.rglob("*.py"))):
+        h.update(p.relative_to(ROOT).as_posix().encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+@functools.cache
+def cpu() -> str:
+    """The CPU model: the BLAS torch calls picks its own code path by CPU, whatever the kernel path says."""
+    try:
+        names = re.findall(r"^model name\s*:\s*(.*)$", Path("/proc/cpuinfo").read_text(), re.M)
+    except OSError:
+        names = []
+    return (names[0] if names else platform.processor()) + " " + platform.machine()
+
+
+def run_key(path, settings: dict, kernel_name: str) -> str:
+    """What makes a run what it is: the code run, the code it depends on, its settings (seed included), the kernel
+    path, the CPU and torch's version."""
+    what = {"loop": hashlib.sha256(Path(path).read_bytes()).hexdigest(), "depends": depends_digest(),
+            "settings": settings, "kernel": kernel_name, "cpu": cpu(), "torch": torch.__version__}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
 _runs = {}
 
 
 def run_loop(path, settings: dict) -> Run:
-    """The loop at `path` under a kata's [run] settings, in this process (trusted files only: katas, codebases)."""
-    key = (hashlib.sha256(Path(path).read_bytes()).hexdigest(), json.dumps(settings, sort_keys=True))  # the code run
+    """The loop at `path` under a kata's [run] settings, run in this process once (trusted files only: katas,
+    codebases). A file rewritten in place is a new run: the key is its bytes."""
+    key = run_key(path, settings, kernel())
     if key not in _runs:
-        from grpo_katas.loader import load_target
-        run = RunConfig(steps=settings["steps"], seed=settings["seed"], nproc=settings["nproc"], device="cpu",
-                        grpo=dict(settings["set"]))
-        history, threads = [], torch.get_num_threads()
-        torch.set_num_threads(1)  # as make run: float sums, and so the whole run, differ with the thread count
-        try:
-            if run.nproc > 1:
-                drive_ranks(path, run, history.append)
-            else:
-                drive(load_target(path), run, history.append)
-            _runs[key] = Run(history, None)
-        except Exception as exc:  # a kata's crash is a symptom like any other; the steps before it still count
-            _runs[key] = Run(history, f"{type(exc).__name__}: {exc}".splitlines()[0])
-        finally:
-            torch.set_num_threads(threads)
+        _runs[key] = fresh_run(path, settings)
     return _runs[key]
 
 
-def against(kata, symptom: dict) -> tuple:
-    """(path, settings) of the run a symptom compares with: the healthy codebase, or the kata itself elsewhere."""
+def fresh_run(path, settings: dict) -> Run:
+    from grpo_katas.loader import load_target
+    run = RunConfig(steps=settings["steps"], seed=settings["seed"], nproc=settings["nproc"], device="cpu",
+                    grpo=dict(settings["set"]))
+    history, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)  # as make run: float sums, and so the whole run, differ with the thread count
+    try:
+        if run.nproc > 1:
+            drive_ranks(path, run, history.append)
+        else:
+            drive(load_target(path), run, history.append)
+        return Run(history, None)
+    except Exception as exc:  # a kata's crash is a symptom like any other; the steps before it still count
+        return Run(history, f"{type(exc).__name__}: {exc}".splitlines()[0])
+    finally:
+        torch.set_num_threads(threads)
+
+
+class Store:
+    """Runs by (path, settings) under one kernel path each, kept one file a run in `folder` (.cache/symptoms/):
+    read from there unless `fresh`, else made by child processes under that path, which write them there as they
+    finish (an interrupted check keeps what it made)."""
+
+    def __init__(self, folder: Path = CACHE, fresh: bool = False):
+        self.folder, self.fresh, self.runs, self.skipped = Path(folder), fresh, {}, {}
+
+    def get(self, path, settings: dict, kernel_name: str) -> Run:
+        return self.runs[run_key(path, settings, kernel_name)]
+
+    def fetch(self, wanted: dict, processes: int) -> None:
+        """wanted: kernel name -> [(path, settings)]. Makes every run not yet at hand, the longest first, in up to
+        `processes` children at a time; a kernel path the CPU lacks is recorded in `skipped`, not run."""
+        todo = {}
+        for name, specs in wanted.items():
+            if not supported(name):
+                self.skipped[name] = f"this CPU has no {name} kernels"
+                continue
+            for path, settings in specs:
+                key = run_key(path, settings, name)
+                if key in self.runs or key in todo:
+                    continue
+                if not self.fresh and self.load(key):
+                    continue
+                todo[key] = (name, str(path), settings)
+                (self.folder / f"{key}.json").unlink(missing_ok=True)  # fresh: never read back the old one
+        cost = lambda key: todo[key][2]["steps"] * todo[key][2]["nproc"]  # noqa: E731
+        chunks = []
+        for name in sorted({t[0] for t in todo.values()}):
+            mine = sorted((k for k, t in todo.items() if t[0] == name), key=cost, reverse=True)
+            bins = [[] for _ in range(max(1, min(processes, len(mine))))]
+            for key in mine:  # the longest first, each to the lightest bin
+                min(bins, key=lambda b: sum(map(cost, b))).append(key)
+            chunks += [(name, b) for b in bins]
+        with ThreadPoolExecutor(max(1, processes)) as pool:
+            for name, chunk, why in pool.map(lambda c: (*c, self.compute(*c, todo)), chunks):
+                if why:
+                    self.skipped[name] = why
+                    continue
+                for key in chunk:
+                    if not self.load(key):  # the child died before making it: say so where it is used
+                        self.runs[key] = Run([], f"the run could not be made under the {name} kernels")
+
+    def load(self, key: str) -> bool:
+        try:
+            d = json.loads((self.folder / f"{key}.json").read_text())
+            self.runs[key] = Run(d["history"], d["crash"])
+            return True
+        except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: make it (again)
+            return False
+
+    def compute(self, kernel_name: str, chunk: list, todo: dict) -> str | None:
+        """Make the chunk's runs in a child process under the kernel path; None, or why that path was skipped."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            spec, out = Path(tmp) / "spec.json", Path(tmp) / "kernel"
+            spec.write_text(json.dumps([[key, *todo[key][1:]] for key in chunk]))
+            env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
+                   "ATEN_CPU_CAPABILITY": kernel_name}
+            subprocess.run([sys.executable, "-m", "grpo_katas.symptoms", "--compute", str(spec), str(self.folder),
+                            str(out), "--kernel", kernel_name] + ["--fresh"] * self.fresh, cwd=ROOT, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            chosen = out.read_text() if out.exists() else kernel_name
+        return None if chosen == kernel_name else f"this CPU has no {kernel_name} kernels (torch chose {chosen})"
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of the rank processes it has waited for."""
+    own, ranks = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + ranks.ru_utime + ranks.ru_stime
+
+
+def compute_main(spec: str, folder: str, out: str, kernel_name: str, fresh: bool = False) -> int:
+    """The child: under this process's kernel path, make each (key, path, settings) of the spec and write it to
+    folder/key.json as soon as it is made; `out` gets the kernel path torch chose."""
+    Path(out).write_text(kernel())
+    if kernel() != kernel_name:
+        return 0
+    for key, path, settings in json.loads(Path(spec).read_text()):
+        if not fresh and (Path(folder) / f"{key}.json").exists():
+            continue  # made meanwhile by another check sharing the folder
+        start = cpu_seconds()
+        run = fresh_run(path, settings)
+        with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
+            json.dump({"loop": path, "settings": settings, "kernel": kernel_name, "history": run.history,
+                       "crash": run.crash, "cpu_seconds": round(cpu_seconds() - start, 2)}, f)
+        os.replace(f.name, Path(folder) / f"{key}.json")
+    return 0
+
+
+# --- what a symptom compares ----------------------------------------------------------------------------
+
+def settings_of(kata, symptom: dict, seed: int | None) -> dict:
+    """The kata's [run] at `seed` (None: the brief's), under the symptom's probe settings if it has any."""
+    run = kata.run if seed is None else {**kata.run, "seed": seed}
+    probe = symptom.get("probe", {})
+    return {**run, "steps": probe.get("steps", run["steps"]), "set": {**run["set"], **probe.get("set", {})}}
+
+
+def sides(kata, symptom: dict, seed: int | None, loop=None) -> tuple:
+    """((path, settings) of the kata's run, (path, settings) of the run it is compared with, or None). A run made
+    for this symptom alone (the kata under other settings, or healed of one bug) runs only as many steps as the
+    symptom's window needs: a run's first steps do not depend on how many follow."""
+    mine = settings_of(kata, symptom, seed)
+    window = symptom.get("window", "last")
+    short = {**mine, "steps": min(mine["steps"], window if isinstance(window, int) else
+                                  WINDOW if window == "first" else mine["steps"])}
+    healthy = (CODEBASES[kata.codebase].path, mine)
+    if loop is not None:
+        mine = short
+    loop = loop or kata.loop
+    if symptom["relation"] in ("crash", "nonfinite"):
+        return (loop, mine), None
     if "against" in symptom:  # the kata itself: under other settings, or the same run's other metric
-        return kata.loop, {**kata.run, "set": {**kata.run["set"], **symptom["against"].get("set", {})}}
-    return CODEBASES[kata.codebase].path, kata.run
+        if "set" not in symptom["against"]:
+            return (loop, mine), (loop, mine)
+        return (loop, mine), (loop, {**short, "set": {**mine["set"], **symptom["against"]["set"]}})
+    return (loop, mine), healthy
 
 
-def shows(kata, symptom: dict) -> tuple:
-    """(does the symptom show, what was measured): the kata's run against the run it is compared with."""
-    mine = run_loop(kata.loop, kata.run)
+def shows(kata, symptom: dict, seed: int | None = None, get=None, loop=None) -> tuple:
+    """(does the symptom show, what was measured, (kata's value, compared value)) at `seed` (None: the brief's),
+    with runs from get(path, settings) (default: run here), for the kata's loop or another (the kata healed of
+    one bug)."""
+    get = get or run_loop
+    (path, settings), other_side = sides(kata, symptom, seed, loop)
+    mine = get(path, settings)
     relation, metric, window = symptom["relation"], symptom.get("metric", ""), symptom.get("window", "last")
     if relation == "crash":
-        return mine.crash is not None and symptom.get("match", "") in mine.crash, f"crash: {mine.crash}"
+        return mine.crash is not None and symptom.get("match", "") in mine.crash, f"crash: {mine.crash}", (None, None)
     if relation == "nonfinite":
-        return mine.nonfinite(metric) or mine.crash is not None, f"{metric} not finite: {mine.nonfinite(metric)}"
-    other = run_loop(*against(kata, symptom))
+        bad = mine.nonfinite(metric)
+        return bad or mine.crash is not None, f"{metric} not finite: {bad}", (None, None)
+    other = get(*other_side)
     a, b = mine.window(metric, window), other.window(symptom.get("against", {}).get("metric", metric), window)
     seen = f"{metric} ({window}) {fmt(a)} against {fmt(b)}" + (f"; the kata crashed: {mine.crash}" if mine.crash
                                                                  else "")
     if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
-        return False, seen
+        return False, seen, (a, b)
     factor, margin = float(symptom.get("factor", 1.0)), float(symptom.get("margin", 0.0))
     ok = {"above": lambda: a > factor * b + margin, "below": lambda: a < b / factor - margin,
-          "same": lambda: abs(a - b) <= margin}[relation]()
-    return ok, seen
+          "same": lambda: abs(a - b) <= margin, "differs": lambda: abs(a - b) > margin}[relation]()
+    return ok, seen, (a, b)
 
 
 def fmt(v) -> str:
     return "none" if v is None else f"{v:.4g}"
 
 
-def problems(kata) -> list:
-    out = []
-    if not kata.symptoms:
-        out.append(f"{kata.name}: its brief cites no symptom recorded in kata.toml")
-    for i, symptom in enumerate(kata.symptoms):
-        ok, seen = shows(kata, symptom)
-        if not ok:
-            out.append(f"{kata.name}: symptom {i + 1} ({symptom.get('relation')} {symptom.get('metric', '')}) does "
-                       f"not show: {seen}")
+def describe(symptom: dict) -> str:
+    return f"{symptom.get('relation')} {symptom.get('metric', '')}".strip()
+
+
+# --- the numbers a brief prints ---------------------------------------------------------------------------
+
+QUOTE = re.compile(r"(about |under |below |less than |over |above |more than )?(-?\d+(?:\.\d+)?)")
+
+
+def reads(text: str, value: float | None) -> bool:
+    """Does `value` read as the brief's `text`: "0.42" (rounds to it at the digits printed), "about 2.7" (within
+    15%), "under 0.05" (below, less than), "over 3" (above, more than)?"""
+    m = QUOTE.fullmatch(text.strip())
+    if m is None:
+        raise ValueError(f"{text!r} is not a number a brief can print (X, about X, under X, over X)")
+    if value is None or not math.isfinite(value):
+        return False
+    how, number = (m.group(1) or "").strip(), float(m.group(2))
+    if how == "about":
+        return abs(value - number) <= ABOUT * abs(number)
+    if how in ("under", "below", "less than"):
+        return value < number
+    if how in ("over", "above", "more than"):
+        return value > number
+    digits = len(m.group(2).partition(".")[2])
+    return round(value, digits) == number or abs(value - number) <= 0.5 * 10 ** -digits + 1e-12
+
+
+def suggest(values: list, bound: str = "over") -> str:
+    """How a brief can print a reading so that it reads true for every value given (the brief's seed under each
+    kernel path; for a window late in a run, whose last bits 40 steps amplify, every seed too): the value where
+    they agree to two significant digits, else "about X", else a bound ("over X" or "under X")."""
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    if not values:
+        return "-"
+    lo, hi, mid = min(values), max(values), (min(values) + max(values)) / 2
+    for text in (plain(values[0]), f"about {plain(mid)}"):
+        if all(reads(text, v) for v in values):
+            return text
+    if bound == "over":
+        return f"over {plain(lo * 0.9 if lo > 0 else lo * 1.1)}"
+    return f"under {plain(hi * 1.1 if hi > 0 else hi * 0.9)}"
+
+
+def early(symptom: dict) -> bool:
+    """Is the symptom's window in a run's first steps, before 40 steps of sampling amplify a kernel's last bits?"""
+    window = symptom.get("window", "last")
+    return window == "first" or isinstance(window, int) and window <= WINDOW
+
+
+def plain(x: float, digits: int = 2) -> str:
+    """x to two significant digits, written out: 0.0061, 2.7, 110."""
+    if x == 0:
+        return "0"
+    places = digits - 1 - math.floor(math.log10(abs(x)))
+    return f"{round(x, places):.{max(0, places)}f}"
+
+
+# --- the proof ----------------------------------------------------------------------------------------------
+
+def healed_loop(kata, bug: str, bugs: dict, folder: Path) -> Path:
+    """The kata with one bug fixed and the others left in, written to `folder` (named by its content)."""
+    text = plant(codebase_source(kata.codebase), [bugs[b] for b in kata.bugs if b != bug], kata.codebase)
+    path = folder / "loops" / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.py"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return path
+
+
+def attributed(kata, symptom: dict) -> list:
+    """The bugs a symptom shows: those it names, or the one bug of a one-bug kata."""
+    return list(symptom.get("bugs", kata.bugs if len(kata.bugs) == 1 else ()))
+
+
+def coverage_problems(kata, bugs: dict) -> list:
+    """Every bug is shown by a symptom or named by a [[probe]] whose words are in the first hint, and the
+    settings of every rerun a symptom compares with (against, probe) are named by the brief or the first hint."""
+    out, hint = [], kata.hints[0] if kata.hints else ""
+    named = hint + "\n" + (kata.brief if (kata.path / "BRIEF.md").exists() else "")
+    shown = {b for s in kata.symptoms for b in attributed(kata, s)}
+    for p in load_probes(kata):
+        if not p.get("look") or p["look"] not in hint or not p.get("why"):
+            out.append(f"{kata.name}: a [[probe]] for {', '.join(p.get('bugs', []))} needs a why and a look that "
+                       f"the first hint contains")
+        shown |= set(p.get("bugs", []))
+    for b in kata.bugs:
+        if b not in shown:
+            out.append(f"{kata.name}: no symptom shows {b} and no probe of the first hint names where to see it")
+    for s in kata.symptoms:
+        for b in attributed(kata, s):
+            if b not in kata.bugs:
+                out.append(f"{kata.name}: a symptom names {b}, which is not one of its bugs")
+        rerun = {**s.get("against", {}).get("set", {}), **s.get("probe", {}).get("set", {})}
+        for key, value in rerun.items():
+            if not any(same_value(v, value) for v in re.findall(rf"\b{key}\s*=\s*([\w.+-]+)", named)):
+                out.append(f"{kata.name}: symptom {describe(s)} is seen on a rerun with {key}={value}, which neither "
+                           f"the brief nor the first hint names")
     return out
 
 
-def report(kata) -> str:
-    """Every metric's windows for the kata's run and its healthy run: what a brief can cite."""
-    mine, healthy = run_loop(kata.loop, kata.run), run_loop(CODEBASES[kata.codebase].path, kata.run)
-    lines = [f"kata {kata.number} ({kata.codebase}, {kata.run})" + (f": crashed: {mine.crash}" if mine.crash else "")]
-    keys = [m for m in METRICS if mine.window(m, "last") is not None or healthy.window(m, "last") is not None]
-    keys += sorted({k for h in mine.history for k in h if "@" in k})
-    for m in keys:
-        cells = [f"{w}: {fmt(mine.window(m, w))} vs {fmt(healthy.window(m, w))}" for w in ("first", "last", "max")]
-        lines.append(f"  {m:16s} " + " | ".join(cells) + ("  (not finite)" if mine.nonfinite(m) else ""))
+def same_value(text: str, value) -> bool:
+    try:
+        return float(text) == float(value)
+    except (TypeError, ValueError):
+        return text == str(value)
+
+
+def load_probes(kata) -> list:
+    import tomllib
+    meta = kata.path / "kata.toml"
+    return tomllib.loads(meta.read_text()).get("probe", []) if meta.exists() else []
+
+
+def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True) -> tuple:
+    """(wanted runs per kernel path, the evaluations to make): each symptom at every seed on this process's path,
+    at the brief's seed on every other path named, and, at the brief's seed, with each bug it names healed."""
+    bugs = load_bugs()
+    wanted, evals = {}, []
+
+    def want(name, symptom, kata, seed, loop=None):
+        mine, other = sides(kata, symptom, seed, loop)
+        wanted.setdefault(name, []).extend([mine] + ([other] if other else []))
+
+    for k in katas:
+        for i, s in enumerate(k.symptoms):
+            for seed in seeds:
+                want(native, s, k, seed)
+                evals.append(("seed", k, i, seed, native, None))
+            for name in kernels:
+                if name != native or None not in seeds and k.run["seed"] not in seeds:
+                    want(name, s, k, None)
+                    evals.append(("kernel", k, i, None, name, None))
+            if len(k.bugs) > 1 and healed:
+                for b in attributed(k, s):
+                    if b in k.bugs:
+                        loop = healed_loop(k, b, bugs, folder)
+                        want(native, s, k, None, loop)
+                        evals.append(("healed", k, i, None, native, (b, loop)))
+    return wanted, evals
+
+
+def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = False, folder: Path = CACHE,
+          healed: bool | None = None, log=lambda line: None) -> list:
+    """The problems with the katas' symptoms: each must show at the brief's seed on this kernel path and on each
+    of `kernels`, and at needed(len(seeds)) of `seeds` (None: the brief's seed only); the numbers the brief prints
+    must read true at its seed on every path; every bug must be shown by a symptom or named by a probe; and, when
+    `healed` (default: when seeds are given, the full proof), a symptom must go away with a bug it names healed."""
+    native = kernel()
+    healed = seeds is not None if healed is None else healed
+    seeds = list(seeds) if seeds else [None]
+    kernels = list(dict.fromkeys(kernels or [native]))
+    store = Store(folder, fresh)
+    wanted, evals = plan(katas, seeds, kernels, native, Path(folder), healed)
+    store.fetch(wanted, processes)
+    for name, why in store.skipped.items():
+        log(f"symptoms: the {name} kernel path is skipped: {why}")
+    return judge(katas, evals, store, seeds, native)
+
+
+def judge(katas, evals, store, seeds, native) -> list:
+    bugs = load_bugs()
+    out = []
+    for k in katas:
+        if not k.symptoms:
+            out.append(f"{k.name}: its brief cites no symptom recorded in kata.toml")
+        out += coverage_problems(k, bugs)
+        for i, s in enumerate(k.symptoms):
+            name = f"{k.name}: symptom {i + 1} ({describe(s)})"
+            swept = {}
+            for what, kk, j, seed, kname, healed in evals:
+                if kk is not k or j != i or kname in store.skipped:
+                    continue
+                get = functools.partial(lambda kn, p, st: store.get(p, st, kn), kname)
+                ok, seen, (a, b) = shows(k, s, seed, get, healed[1] if healed else None)
+                if what == "seed":
+                    swept[k.run["seed"] if seed is None else seed] = (ok, seen)
+                brief_seed = seed is None or seed == k.run["seed"]
+                if what in ("seed", "kernel") and brief_seed:
+                    if not ok:
+                        out.append(f"{name} does not show at the brief's seed {k.run['seed']} under the {kname} "
+                                   f"kernels: {seen}")
+                    for text, value in ((s.get("says"), a), (s.get("says_against"), b)):
+                        if text is not None and not reads(text, value):
+                            out.append(f"{name}: the brief says {text!r}, the run under the {kname} kernels shows "
+                                       f"{fmt(value)} ({seen})")
+                if what == "healed" and ok:
+                    out.append(f"{name} still shows with {healed[0]} fixed (the other bugs left in), so it is not "
+                               f"that bug's effect: {seen}")
+            if len(seeds) > 1:
+                held = [sd for sd, (ok, _) in swept.items() if ok]
+                if len(held) < needed(len(swept)):
+                    misses = "; ".join(f"seed {sd}: {seen}" for sd, (ok, seen) in swept.items() if not ok)
+                    out.append(f"{name} holds at {len(held)} of {len(swept)} seeds, fewer than "
+                               f"{needed(len(swept))}: {misses}")
+    return out
+
+
+# --- the author's table ---------------------------------------------------------------------------------
+
+def report(kata, seeds, store: Store, kernels=()) -> str:
+    """Each symptom's verdict at each seed (and at the brief's seed on each other kernel path), then every
+    metric's windows, kata / healthy, per seed: what a brief can cite, and how much of it is the seed's luck."""
+    native = kernel()
+    get = lambda name: lambda p, st: store.get(p, st, name)  # noqa: E731
+    lines = [f"kata {kata.number} ({kata.codebase}, {kata.bugs}, {kata.run}), kernels {native}"]
+    for i, s in enumerate(kata.symptoms):
+        cells = [(f"seed {sd}", *shows(kata, s, sd, get(native))) for sd in seeds]
+        at_brief = [c[3] for c, sd in zip(cells, seeds) if sd == kata.run["seed"]]
+        cells += [(f"{name} seed {kata.run['seed']}", *shows(kata, s, None, get(name)))
+                  for name in kernels if name != native and name not in store.skipped]
+        at_brief += [c[3] for c in cells[len(seeds):]]
+        held = sum(ok for _, ok, _, _ in cells[:len(seeds)])
+        spec = {k: v for k, v in s.items() if k not in ("metric", "relation")}
+        read = at_brief if early(s) else [c[3] for c in cells]  # late in a run, a kernel path is as good as a seed
+        bound = "under" if s["relation"] == "below" else "over"
+        says = f"; can say {suggest([a for a, _ in read], bound)!r} against " \
+               f"{suggest([b for _, b in read], 'over' if bound == 'under' else 'under')!r}" \
+            if read and s["relation"] not in ("crash", "nonfinite") else ""
+        lines.append(f"  symptom {i + 1} {describe(s)} {spec}: holds at {held}/{len(seeds)}{says}")
+        lines += [f"      {where:18s} {'ok' if ok else 'NO'}  {seen}" for where, ok, seen, _ in cells]
+    lines.append(f"  {'metric':16s} {'window':6s} " + " ".join(f"{'seed ' + str(sd):>17s}" for sd in seeds))
+    for m in METRICS:
+        for w in ("first", "last", "max", "min"):
+            cells = []
+            for sd in seeds:
+                run = {**kata.run, "seed": sd}
+                mine, healthy = store.get(kata.loop, run, native), store.get(CODEBASES[kata.codebase].path, run, native)
+                cells.append(f"{fmt(mine.window(m, w)):>8s}/{fmt(healthy.window(m, w)):<8s}")
+            if any("none/none" not in c for c in cells):
+                lines.append(f"  {m:16s} {w:6s} " + " ".join(f"{c:>17s}" for c in cells))
     return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("katas", nargs="*", help="kata numbers (default: all)")
-    p.add_argument("--check", action="store_true", help="check the recorded symptoms instead of reporting")
-    p.add_argument("--json", default=None, help="with --check: write the problems to this file as JSON")
+    p.add_argument("--check", action="store_true", help="check the recorded symptoms instead of reporting them")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="seeds to run at (default: each kata's own); of 5 seeds a symptom must hold at 4")
+    p.add_argument("--kernels", nargs="+", default=None,
+                   help="CPU kernel paths to check the brief's seed under, each in processes of its own: default, "
+                        "avx2, avx512 (one the CPU lacks is skipped with a note); default: this process's")
+    p.add_argument("--processes", type=int, default=max(1, min(os.cpu_count() or 1, 4)),
+                   help="runs made in parallel (default: one per core, at most 4)")
+    p.add_argument("--fresh", action="store_true", help="make every run again instead of reading .cache/symptoms/")
+    p.add_argument("--compute", nargs=3, metavar=("SPEC", "FOLDER", "OUT"), help=argparse.SUPPRESS)
+    p.add_argument("--kernel", default=None, help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    if a.compute:
+        return compute_main(*a.compute, a.kernel, a.fresh)
+    if a.seeds and not a.katas and not a.check:
+        p.error("name the katas first (python -m grpo_katas.symptoms 17 --seeds 0 1 2 3 4) or after -- "
+                "(--seeds 0 1 2 3 4 -- 17): --seeds takes every number after it")
     katas = [find_kata(n) for n in a.katas] if a.katas else load_katas()
-    if not a.check:
-        for k in katas:
-            print(report(k), flush=True)
-        return 0
-    found = [msg for k in katas for msg in problems(k)]
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump(found, f)
-    for msg in found:
-        print(msg)
-    return 1 if found else 0
+    if a.check:
+        found = check(katas, a.processes, a.seeds, a.kernels, a.fresh, log=print)
+        for msg in found:
+            print(msg)
+        print(f"{len(katas)} katas' symptoms checked: {len(found)} problem(s)")
+        return 1 if found else 0
+    seeds = a.seeds or [None]
+    native, store = kernel(), Store(CACHE, a.fresh)
+    wanted = {}
+    for k in katas:
+        for sd in seeds:
+            run = {**k.run, "seed": k.run["seed"] if sd is None else sd}
+            wanted.setdefault(native, []).extend([(k.loop, run), (CODEBASES[k.codebase].path, run)])
+            for s in k.symptoms:
+                mine, other = sides(k, s, sd)
+                wanted[native] += [mine] + ([other] if other else [])
+        for name in a.kernels or []:
+            for s in k.symptoms:
+                mine, other = sides(k, s, None)
+                wanted.setdefault(name, []).extend([mine] + ([other] if other else []))
+    store.fetch(wanted, a.processes)
+    for k in katas:
+        print(report(k, [k.run["seed"] if sd is None else sd for sd in seeds], store, a.kernels or ()), flush=True)
+    return 0
 
 
 if __name__ == "__main__":

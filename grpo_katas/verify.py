@@ -41,7 +41,10 @@ and overall:
   - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer),
     or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
     computation from another expression (grpo_katas/structure.py);
-  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase;
+  - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase, at
+    the brief's seed under each CPU kernel path asked for and at all but one in five of the seeds asked for; the
+    numbers the brief prints read true under each kernel path; and, with seeds asked for, each symptom goes away
+    when a bug it names is healed, so every bug is reachable (grpo_katas/symptoms.py);
   - the first codebase with any one contract function returning NaN (every float it returns) fails at least one
     check of that function's component: no comparison lets a NaN through.
 It prints the bugs-by-checks matrix and exits non-zero on any violation.
@@ -398,26 +401,12 @@ def judge_verdicts(bugs, katas, first, problems, codebases, judged) -> list:
 
 
 def symptom_problems(katas, processes: int, seeds=None, kernels=None) -> list:
-    """Each kata's recorded symptoms, checked against runs of the kata and its healthy codebase, in parallel.
-    seeds: the runs' seeds (None: each kata's own [run] seed); kernels: the CPU kernel paths (None: this process's).
-    Until issue 20's runs land, every call runs what None asks for."""
-    chunks = [[str(k.number) for k in katas[i::processes]] for i in range(processes)]
-
-    def run_chunk(chunk):
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-            out = Path(f.name)
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        r = subprocess.run([sys.executable, "-m", "grpo_katas.symptoms", "--check", "--json", str(out), *chunk],
-                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            return json.loads(out.read_text())
-        except ValueError:
-            return [f"the symptom runs of katas {', '.join(chunk)} failed (exit {r.returncode}): {r.stderr[-300:]}"]
-        finally:
-            out.unlink(missing_ok=True)
-
-    with ThreadPoolExecutor(processes) as pool:
-        return [p for found in pool.map(run_chunk, [c for c in chunks if c]) for p in found]
+    """Each kata's recorded symptoms against runs of the kata and its healthy codebase (grpo_katas/symptoms.py),
+    made in `processes` parallel processes and kept in .cache/symptoms/. seeds None: the brief's seed; otherwise
+    each symptom must hold at all but one in five of them (4 of 0-4). kernels None: this process's CPU kernel path;
+    otherwise the brief's seed is checked under each (("default", "avx2"), "avx512" where the CPU has it)."""
+    from grpo_katas import symptoms
+    return symptoms.check(katas, processes, seeds, kernels, log=print)
 
 
 def catalogue_rules(bugs, katas, problems) -> None:

@@ -148,3 +148,31 @@ def test_a_file_rewritten_in_place_is_run_again(tmp_path, monkeypatch):
     second = symptoms.run_loop(path, settings).history
     path.write_text("X = 1\n")
     assert runs == ["X = 1\n", "X = 2\n"] and first != second and symptoms.run_loop(path, settings).history == first
+
+
+def test_every_drawn_bug_is_seen_in_the_run_under_its_probe_or_by_a_look(tmp_path, monkeypatch):
+    """The proof asks of each drawn bug: does healing it alone change the brief's run? Else does its probe rerun,
+    healed against not? Else does the first hint name where to look? A bug that none of that reaches is hidden,
+    and the draw is refused."""
+    from pathlib import Path
+
+    from grpo_katas import symptoms
+    chosen = ["adv-biased-std", "kl-beta-hardcoded", "logprobs-off-by-one", "sampling-with-grad"]
+    path = tmp_path / "grpo.py"
+    path.write_text(plant(codebase_source("paper"), [BUGS[b] for b in chosen], "paper"))
+
+    def has(text, bug):
+        return all(new in text for _, new in BUGS[bug].edits["paper"])
+
+    def run_loop(loop, settings):  # logprobs-off-by-one shows at once; kl-beta-hardcoded only at beta 0.5
+        text = Path(loop).read_text()
+        kl = 1.0 + 5.0 * has(text, "logprobs-off-by-one") + 5.0 * (has(text, "kl-beta-hardcoded")
+                                                            and settings["set"].get("beta") == 0.5)
+        return symptoms.Run([{"kl": kl}] * 5, None)
+    monkeypatch.setattr(symptoms, "run_loop", run_loop)
+    probes, hidden = drills.reach(BUGS, "paper", chosen, path)
+    assert hidden == ["adv-biased-std"]
+    assert [(b, settings) for b, settings, _ in probes] == [("kl-beta-hardcoded", {"beta": 0.5}),
+                                                            ("sampling-with-grad", None)]
+    first = drills.hints_for(BUGS, chosen, [("kl", "last", 11.0, 1.0)], probes)[0]
+    assert "SET='beta=0.5'" in first and drills.LOOK["sampling-with-grad"] in first

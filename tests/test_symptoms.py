@@ -1,13 +1,19 @@
-"""The numbers a brief cites are the numbers `make run` shows. Run: pytest tests/test_symptoms.py"""
+"""A brief's symptoms are its bugs' effects on any seed and CPU, its numbers are the ones a run shows, and the proof
+of that re-runs only what changed. Run: pytest tests/test_symptoms.py"""
 import json
+import re
 import subprocess
 import sys
+import tomllib
 
 import pytest
 
-from grpo_katas import ROOT
-from grpo_katas.catalogue import find_kata
-from grpo_katas.symptoms import run_loop
+from grpo_katas import ROOT, symptoms
+from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
+from grpo_katas.runs import PRACTICE_GRPO
+from grpo_katas.symptoms import Store, check, needed, plan, reads, run_key, run_loop
+
+KATAS = load_katas()
 
 
 @pytest.mark.slow
@@ -22,3 +28,210 @@ def test_make_run_shows_the_run_the_symptoms_were_measured_on():
                          cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
     shown = [e["reward_mean"] for e in map(json.loads, out.splitlines()) if e.get("event") == "step"]
     assert shown == measured
+
+
+def test_a_symptom_must_hold_at_all_but_one_seed_in_five():
+    assert [needed(n) for n in (1, 2, 3, 4, 5, 10)] == [1, 2, 3, 4, 4, 8]
+
+
+@pytest.mark.parametrize("text, value, ok", [
+    ("0.42", 0.4249, True), ("0.42", 0.4251, False), ("0.42", 0.4151, True), ("10", 9.6, True), ("10", 10.6, False),
+    ("about 2.7", 3.1, True), ("about 2.7", 3.2, False), ("about 2.7", 2.3, True), ("about 2.7", 2.2, False),
+    ("under 0.05", 0.049, True), ("under 0.05", 0.05, False), ("over 3", 3.01, True), ("over 3", 2.9, False),
+    ("0.0000", 0.0, True), ("0.42", float("nan"), False), ("0.42", None, False),
+])
+def test_a_number_reads_as_the_brief_prints_it(text, value, ok):
+    assert reads(text, value) is ok
+
+
+def test_a_number_a_brief_cannot_print_is_refused():
+    with pytest.raises(ValueError, match="not a number a brief can print"):
+        reads("roughly 3", 3.0)
+
+
+# --- the briefs ---------------------------------------------------------------------------------------------
+
+def prose(kata) -> str:
+    """The brief's report, without its title and the closing line of commands."""
+    body = kata.brief.split("\n", 1)[1]
+    return body.split("Start with `make kata", 1)[0]
+
+
+def allowed_numbers(kata) -> set:
+    """The numbers a brief may print: the settings of its runs, the steps its windows name, and what its symptoms
+    say (checked by the proof at the brief's seed on every kernel path)."""
+    from solutions.grpo import GRPOConfig
+    numbers = {kata.number, kata.run["steps"], kata.run["seed"], kata.run["nproc"], *PRACTICE_GRPO.values()}
+    numbers |= {v for v in GRPOConfig.__dataclass_fields__.values() for v in [v.default] if isinstance(v, (int, float))}
+    numbers |= set(kata.run["set"].values())
+    for s in kata.symptoms:
+        if isinstance(s.get("window"), int):
+            numbers.add(s["window"])
+        numbers |= set(s.get("against", {}).get("set", {}).values()) | set(s.get("probe", {}).get("set", {}).values())
+        numbers |= {s.get("probe", {}).get("steps")}
+        for said in (s.get("says"), s.get("says_against")):
+            if said is not None:
+                numbers.add(said.split()[-1])
+    return {str(n) for n in numbers if n is not None and not isinstance(n, bool)} | \
+        {f"{float(n):g}" for n in numbers if isinstance(n, (int, float)) and not isinstance(n, bool)}
+
+
+@pytest.mark.parametrize("kata", KATAS, ids=lambda k: k.name)
+def test_every_number_a_brief_prints_is_a_setting_or_a_checked_reading(kata):
+    printed = re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w])", prose(kata))
+    unchecked = [n for n in printed if n not in allowed_numbers(kata) and f"{float(n):g}" not in allowed_numbers(kata)]
+    assert not unchecked, f"{kata.name}: the brief prints {unchecked}, which no symptom says and no setting is"
+
+
+@pytest.mark.parametrize("kata", KATAS, ids=lambda k: k.name)
+def test_what_a_symptom_says_is_what_the_brief_prints(kata):
+    for s in kata.symptoms:
+        for said in (s.get("says"), s.get("says_against")):
+            if said is not None:
+                reads(said, 0.0)  # a form the proof can check
+                assert said in prose(kata), f"{kata.name}: a symptom says {said!r}, the brief does not print it"
+
+
+# --- the proof, on made-up runs ---------------------------------------------------------------------------------
+
+def fake_store(tmp_path, wanted: dict, history) -> None:
+    """Write a made-up run for every wanted (path, settings): history(path, settings) -> list of step dicts."""
+    for name, specs in wanted.items():
+        for path, settings in specs:
+            entry = {"history": history(path, settings), "crash": None}
+            (tmp_path / f"{run_key(path, settings, name)}.json").write_text(json.dumps(entry))
+
+
+def a_kata(tmp_path, seed_kl: dict, symptom: dict, bugs=("kl-k1", "update-clip-after-step")):
+    """Kata 13 (two bugs) with one symptom, and made-up runs: the kata's kl per seed, the healthy one's 1.0, and a
+    kata healed of either bug at 1.0."""
+    import dataclasses
+    kata = dataclasses.replace(find_kata(13), symptoms=(symptom,), bugs=bugs)
+    wanted, evals = plan([kata], list(seed_kl), [symptoms.kernel()], symptoms.kernel(), tmp_path)
+    own = kata.loop
+
+    def history(path, settings):
+        kl = seed_kl[settings["seed"]] if path == own else 1.0
+        return [{"kl": kl}] * 5
+    fake_store(tmp_path, wanted, history)
+    return kata
+
+
+SYMPTOM = {"metric": "kl", "window": "last", "relation": "above", "factor": 2.0, "bugs": ["kl-k1"]}
+
+
+def test_a_symptom_that_holds_at_four_of_five_seeds_passes(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+    kata = a_kata(tmp_path, {0: 3.0, 1: 3.0, 2: 1.5, 3: 3.0, 4: 3.0}, SYMPTOM)
+    assert check([kata], seeds=range(5), folder=tmp_path) == []
+
+
+def test_a_symptom_that_holds_at_three_of_five_seeds_fails(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+    kata = a_kata(tmp_path, {0: 3.0, 1: 1.0, 2: 1.5, 3: 3.0, 4: 3.0}, SYMPTOM)
+    found = check([kata], seeds=range(5), folder=tmp_path)
+    assert len(found) == 1 and "holds at 3 of 5 seeds, fewer than 4" in found[0] and "seed 1: kl (last) 1" in found[0]
+
+
+def test_a_symptom_must_hold_at_the_briefs_own_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+    kata = a_kata(tmp_path, {0: 1.0, 1: 3.0, 2: 3.0, 3: 3.0, 4: 3.0}, SYMPTOM)
+    found = check([kata], seeds=range(5), folder=tmp_path)
+    assert len(found) == 1 and "does not show at the brief's seed 0" in found[0]
+
+
+def test_the_numbers_a_brief_prints_are_checked_at_its_seed(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+    kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "says": "about 2.0", "says_against": "1.0"})
+    found = check([kata], seeds=[0], folder=tmp_path)
+    assert len(found) == 1 and "the brief says 'about 2.0'" in found[0] and "shows 3" in found[0]
+
+
+def test_every_bug_is_shown_by_a_symptom_or_named_by_a_probe_of_the_first_hint(tmp_path):
+    kata = a_kata(tmp_path, {0: 3.0}, SYMPTOM)
+    found = check([kata], seeds=[0], folder=tmp_path)
+    assert found == [f"{kata.name}: no symptom shows update-clip-after-step and no probe of the first hint names "
+                     f"where to see it"]
+
+
+def test_a_symptom_that_stays_when_its_bug_is_healed_is_not_that_bugs(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+    kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "bugs": ["kl-k1", "update-clip-after-step"]})
+    wanted, _ = plan([kata], [0], [symptoms.kernel()], symptoms.kernel(), tmp_path)
+    healed_of_clip = symptoms.healed_loop(kata, "update-clip-after-step", symptoms.load_bugs(), tmp_path)
+    fake_store(tmp_path, wanted, lambda path, settings: [{"kl": 3.0 if path in (kata.loop, healed_of_clip) else 1.0}])
+    found = check([kata], seeds=[0], folder=tmp_path)
+    assert len(found) == 1 and "still shows with update-clip-after-step fixed" in found[0]
+
+
+def test_a_probe_run_must_be_named_by_the_first_hint(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+    kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "probe": {"set": {"temperature": 0.7}}})
+    found = check([kata], seeds=[0], folder=tmp_path)
+    assert found == [f"{kata.name}: symptom above kl is seen on a rerun with temperature=0.7, which neither the "
+                     f"brief nor the first hint names"]
+
+
+def test_a_second_check_makes_no_run_again(tmp_path, monkeypatch):
+    made = []
+
+    def compute(self, name, chunk, todo):
+        for key in chunk:
+            made.append(key)
+            (self.folder / f"{key}.json").write_text(json.dumps({"history": [{"kl": 1.0}], "crash": None}))
+    monkeypatch.setattr(Store, "compute", compute)
+    kata = find_kata(1)
+    wanted = {symptoms.kernel(): [(kata.loop, kata.run), (CODEBASES[kata.codebase].path, kata.run)]}
+    Store(tmp_path).fetch(wanted, processes=2)
+    assert len(made) == 2
+    again = Store(tmp_path)
+    again.fetch(wanted, processes=2)
+    assert len(made) == 2 and again.get(kata.loop, kata.run, symptoms.kernel()).history == [{"kl": 1.0}]
+    Store(tmp_path, fresh=True).fetch(wanted, processes=2)
+    assert len(made) == 4
+
+
+def test_a_run_is_kept_under_its_code_settings_kernel_path_and_cpu(tmp_path):
+    kata = find_kata(1)
+    key = run_key(kata.loop, kata.run, "avx2")
+    assert key != run_key(kata.loop, {**kata.run, "seed": 1}, "avx2")
+    assert key != run_key(kata.loop, kata.run, "default")
+    assert key != run_key(CODEBASES[kata.codebase].path, kata.run, "avx2")
+    other = tmp_path / "grpo.py"
+    other.write_bytes(kata.loop.read_bytes() + b"\n")
+    assert key != run_key(other, kata.run, "avx2")
+
+
+def test_a_kernel_path_the_cpu_lacks_is_skipped_not_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(symptoms, "supported", lambda name: name != "avx512")
+    monkeypatch.setattr(Store, "compute", lambda *a: pytest.fail("nothing to run"))
+    store = Store(tmp_path)
+    store.fetch({"avx512": [(find_kata(1).loop, find_kata(1).run)]}, processes=1)
+    assert store.skipped == {"avx512": "this CPU has no avx512 kernels"}
+
+
+def test_a_child_runs_under_the_kernel_path_it_is_given(tmp_path):
+    """The variable is read when torch is imported: the child, not this process, must carry it."""
+    kata = find_kata(24)  # NaN from step one: one step tells
+    settings = {**kata.run, "steps": 1}
+    store = Store(tmp_path)
+    store.fetch({"default": [(kata.loop, settings)]}, processes=1)
+    entry = json.loads((tmp_path / f"{run_key(kata.loop, settings, 'default')}.json").read_text())
+    assert entry["kernel"] == "default" and len(entry["history"]) == 1
+
+
+def test_the_kata_tomls_name_only_their_own_bugs_and_known_keys():
+    keys = {"metric", "window", "relation", "factor", "margin", "against", "probe", "bugs", "says", "says_against",
+            "match"}
+    for kata in KATAS:
+        for s in kata.symptoms:
+            assert set(s) <= keys, f"{kata.name}: unknown symptom keys {set(s) - keys}"
+            assert set(s.get("bugs", [])) <= set(kata.bugs), kata.name
+        for p in tomllib.loads((kata.path / "kata.toml").read_text()).get("probe", []):
+            assert set(p) == {"bugs", "look", "why"} and set(p["bugs"]) <= set(kata.bugs), kata.name

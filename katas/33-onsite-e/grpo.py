@@ -613,7 +613,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Te
         "ratio_dev": metrics["actor/ppo_ratio_dev"][0],
         "clip_frac": metrics["actor/pg_clipfrac"][-1],
         "grad_norm": metrics["actor/grad_norm"][-1],
-        "adv_std": masked_mean(batch.batch["advantages"], response_mask, axis=-1).std().item(),
+        "adv_std": batch.batch["advantages"][:, 0].std().item(),  # every response holds its first token
         "completion_len": response_mask.sum(-1).float().mean().item(),
     }
 

@@ -101,13 +101,13 @@ class DataProto:
         return pieces
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     valid_values = torch.where(mask.bool(), values, 0.0)
-    return (valid_values * mask).sum(axis=axis)
+    return (valid_values * mask).sum()
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:
-    return masked_sum(values, mask, axis) / (mask.sum(axis=axis) + 1e-8)
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked_sum(values, mask) / (mask.sum() + 1e-8)
 
 
 # ---------------------------------------------------------------------------------------------------------------

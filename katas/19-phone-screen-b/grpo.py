@@ -262,10 +262,10 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
             else:
                 raise ValueError(f"no score in prompt index: {idx}")
         if std_from_batch:
-            id2std = dict.fromkeys(id2std, torch.std(scores))
+            id2std = dict.fromkeys(id2std, torch.std(scores) + epsilon)
         for i in range(bsz):
             if norm_adv_by_std_in_grpo:
-                scores[i] = (scores[i] - id2mean[index[i]]) / id2std[index[i]] + epsilon
+                scores[i] = (scores[i] - id2mean[index[i]]) / id2std[index[i]]
             else:
                 scores[i] = scores[i] - id2mean[index[i]]
         scores = scores.unsqueeze(-1) * response_mask

@@ -1,13 +1,21 @@
 """
-Core functions of GRPO: outcome advantages grouped by prompt uid, the clipped policy loss, the KL penalty and
-the loss aggregation modes, plus the rollout, log-prob and actor-update stages that use them. The stages pass
-one batch dict along: rollout -> reward -> advantage -> old/ref log-prob -> update.
+Core algorithms of PPO-style GRPO and the stages of one training step, over a batch of rollouts.
+
+The batch is a DataProto: `batch` holds tensors with one row per response, `non_tensor_batch` the prompt uid of
+each response, `meta_info` what is the same for every row. One step runs the stages in order:
+
+    rollout -> old log-prob -> ref log-prob -> token-level scores -> advantage -> actor update
+
+The score of a response sits on its last valid token (token_level_scores, (bs, response_length)); advantages
+are grouped by prompt uid and broadcast over the response tokens. The actor update splits the batch into
+mini-batches (here one: one optimizer step per epoch) and each mini-batch into micro-batches whose losses are
+normalized by the whole mini-batch, over all data-parallel ranks, so that they add up to its loss.
 """
-# style: volcengine/verl, verl/trainer/ppo/core_algos.py (compute_grpo_outcome_advantage, agg_loss, kl_penalty, compute_policy_loss) and verl/workers/actor/dp_actor.py (update_policy)
 
 import copy
+import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
@@ -19,18 +27,18 @@ from torch.nn.parallel import DistributedDataParallel
 class GRPOConfig:
     # rollout
     group_size: int = 8  # rollout.n
-    max_new_tokens: int = 8  # response_length
-    temperature: float = 1.0
+    max_new_tokens: int = 8  # rollout.response_length
+    temperature: float = 1.0  # rollout.temperature
     # actor
-    lr: float = 3e-3
-    max_grad_norm: float = 1.0  # grad_clip
-    num_iterations: int = 1  # ppo_epochs
-    grad_accum_steps: int = 1  # micro batches per mini batch
-    clip_eps: float = 0.2  # clip_ratio_low
-    clip_eps_high: Optional[float] = None  # clip_ratio_high, None -> clip_eps
-    loss_type: str = "grpo"  # see LOSS_AGG_MODE
-    beta: float = 0.04  # kl_loss_coef
-    is_cap: Optional[float] = None  # rollout_is_threshold, None -> off
+    lr: float = 3e-3  # actor.optim.lr
+    max_grad_norm: float = 1.0  # actor.grad_clip
+    num_iterations: int = 1  # actor.ppo_epochs
+    grad_accum_steps: int = 1  # micro-batches per mini-batch
+    clip_eps: float = 0.2  # actor.clip_ratio_low
+    clip_eps_high: Optional[float] = None  # actor.clip_ratio_high, None -> clip_eps
+    loss_type: str = "grpo"  # actor.loss_agg_mode, see LOSS_AGG_MODE
+    beta: float = 0.04  # actor.kl_loss_coef
+    is_cap: Optional[float] = None  # algorithm.rollout_is_threshold, None -> no rollout correction
     # algorithm
     adv_eps: float = 1e-4
     scale_rewards: str = "group"  # group | batch | none
@@ -48,6 +56,15 @@ class GRPOConfig:
             raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
 
 
+# loss_type -> the loss_agg_mode of agg_loss
+LOSS_AGG_MODE = {
+    "grpo": "seq-mean-token-mean",
+    "bnpo": "token-mean",
+    "dr_grpo": "seq-mean-token-sum-norm",
+    "dapo": "token-mean",
+}
+
+
 @dataclass
 class Rollout:
     input_ids: torch.Tensor  # (bs, prompt_length + response_length)
@@ -57,121 +74,226 @@ class Rollout:
     sampler_logp: Optional[torch.Tensor] = None  # rollout_log_probs, (bs, response_length)
 
 
-# loss_type -> loss_agg_mode
-LOSS_AGG_MODE = {
-    "grpo": "seq-mean-token-mean",
-    "bnpo": "token-mean",
-    "dr_grpo": "seq-mean-token-sum-norm",
-    "dapo": "token-mean",  # batch_num_tokens from the caller
-}
+@dataclass
+class DataProto:
+    batch: dict  # name -> (bs, ...) tensor
+    non_tensor_batch: dict = field(default_factory=dict)  # name -> list of bs items
+    meta_info: dict = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return next(iter(self.batch.values())).shape[0]
+
+    def repeat(self, repeat_times: int) -> "DataProto":
+        """Repeat the batch data a specified number of times."""
+        repeated_tensors = {key: tensor.repeat_interleave(repeat_times, dim=0) for key, tensor in self.batch.items()}
+        return DataProto(repeated_tensors, meta_info=self.meta_info)
+
+    def chunk(self, chunks: int) -> list:
+        """Split along dim 0 into `chunks` pieces of consecutive rows, as equal as can be (torch.tensor_split);
+        empty pieces are dropped."""
+        pieces = []
+        for rows in torch.arange(len(self)).tensor_split(chunks):
+            if len(rows) == 0:
+                continue
+            s = slice(int(rows[0]), int(rows[-1]) + 1)
+            pieces.append(DataProto({key: tensor[s] for key, tensor in self.batch.items()},
+                                    {key: val[s] for key, val in self.non_tensor_batch.items()}, self.meta_info))
+        return pieces
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    valid_values = torch.where(mask.bool(), values, 0.0)
+    return (valid_values * mask).sum()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return masked_sum(values, mask) / (mask.sum() + 1e-8)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # rollout
 
 
-def get_response_mask(response_id: torch.Tensor, eos_token: int, dtype=torch.float32) -> torch.Tensor:
+def get_response_mask(response_id: torch.Tensor, eos_token: int, dtype=torch.int64) -> torch.Tensor:
     """response_id: (bs, response_length) -> response_mask: (bs, response_length)"""
     eos_mask = torch.isin(response_id, torch.tensor([eos_token], device=response_id.device)).int()
     return (eos_mask.cumsum(dim=1) - eos_mask).eq(0).to(dtype)
 
 
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    return get_response_mask(completion_ids, eos_token=eos_id)
+    return get_response_mask(completion_ids, eos_token=eos_id, dtype=torch.float32)
+
+
+def pad_2d_list_to_length(response: list, pad_token_id, max_length: Optional[int] = None) -> torch.Tensor:
+    """Pad a 2D list (e.g. responses, logprobs) to a 2D tensor."""
+    response_length = max(len(sub_list) for sub_list in response)
+    target_length = max_length if max_length is not None and max_length > response_length else response_length
+    padded_response = [tuple(sub_list) + (pad_token_id,) * (target_length - len(sub_list)) for sub_list in response]
+    return torch.tensor(padded_response)
 
 
 @torch.no_grad()
-def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None) -> Rollout:
-    """Sample rollout.n responses per prompt. Tokens are drawn with the exponential race of vLLM's sampler
-    (argmax of probs / Exp(1) noise), and the sampling log-prob of each token is returned as rollout_log_probs."""
-    input_ids = prompt_ids.repeat_interleave(cfg.group_size, dim=0)  # (bs, prompt_length)
-    attention_mask = prompt_mask.repeat_interleave(cfg.group_size, dim=0)
-    prompt_length = input_ids.shape[1]
-    finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-    kv_cache = policy.make_cache() if hasattr(policy, "make_cache") else None
-    step_input = input_ids
-    rollout_log_probs = []
+def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_token_id: int, pad_token_id: int,
+                       generator=None) -> DataProto:
+    """Sample one response per row of prompts (left-padded input_ids and attention_mask), each until its
+    eos_token_id or max_new_tokens, with the log-prob the sampler gave each token. Every running sequence takes a
+    token per forward pass; a token is drawn by the exponential race (argmax of probs / Exp(1) noise)."""
+    idx = prompts.batch["input_ids"]  # (bs, prompt_length)
+    attention_mask = prompts.batch["attention_mask"]
+    batch_size = idx.size(0)
+    kv_cache = actor_module.make_cache() if hasattr(actor_module, "make_cache") else None
+
+    response = [[] for _ in range(batch_size)]
+    rollout_log_probs = [[] for _ in range(batch_size)]
+    running = list(range(batch_size))  # the sequences still sampling
+    seq, seq_mask, step_ids = idx, attention_mask, idx
     for _ in range(cfg.max_new_tokens):
-        if kv_cache is not None:
-            logits = policy(step_input, attention_mask, cache=kv_cache)[:, -1, :]  # (bs, vocab_size)
+        if kv_cache is None:
+            logits = actor_module(seq, seq_mask)[:, -1, :].float()  # (bs, vocab_size)
         else:
-            logits = policy(input_ids, attention_mask)[:, -1, :]
-        logprobs = torch.log_softmax(logits.float() / cfg.temperature, dim=-1)
+            logits = actor_module(step_ids, seq_mask, cache=kv_cache)[:, -1, :].float()
+        logits.div_(cfg.temperature)
+        logprobs = logits.log_softmax(dim=-1)
         probs = logprobs.exp()
         q = torch.empty_like(probs).exponential_(1.0, generator=generator)
-        token = probs.div(q).argmax(dim=-1)  # (bs,)
-        token_logprob = logprobs.gather(-1, token.unsqueeze(-1)).squeeze(-1)
-        rollout_log_probs.append(torch.where(finished, torch.zeros_like(token_logprob), token_logprob))
-        token = torch.where(finished, torch.full_like(token, pad_id), token)
-        input_ids = torch.cat([input_ids, token.unsqueeze(-1)], dim=-1)
-        attention_mask = torch.cat([attention_mask, (~finished).to(attention_mask.dtype).unsqueeze(-1)], dim=-1)
-        finished = finished | token.eq(eos_id)
-        step_input = token.unsqueeze(-1)
-        if finished.all():
+        next_token = probs.div(q).argmax(dim=-1)  # (bs,)
+        next_logprob = logprobs.gather(-1, next_token.unsqueeze(-1)).squeeze(-1)
+        tokens, token_log_probs = next_token.tolist(), next_logprob.tolist()
+        for i in running:
+            response[i].append(tokens[i])
+            rollout_log_probs[i].append(token_log_probs[i])
+        running = [i for i in running if response[i][-1] != eos_token_id]
+        if not running:
             break
-    responses = input_ids[:, prompt_length:]
-    return Rollout(input_ids=input_ids, attention_mask=attention_mask,
-                   completion_mask=get_response_mask(responses, eos_token=eos_id), prompt_len=prompt_length,
-                   sampler_logp=torch.stack(rollout_log_probs, dim=-1))
+        step_ids = next_token.unsqueeze(-1)
+        seq = torch.cat([seq, step_ids], dim=-1)
+        seq_mask = torch.cat([seq_mask, torch.ones_like(step_ids)], dim=-1)
+
+    response = pad_2d_list_to_length(response, pad_token_id).to(idx.device)  # (bs, response_length)
+    rollout_log_probs = pad_2d_list_to_length(rollout_log_probs, 0.0).to(idx.device)
+    response_attention_mask = get_response_mask(response_id=response, eos_token=eos_token_id,
+                                                dtype=attention_mask.dtype)
+    return DataProto(batch={
+        "prompts": idx,
+        "responses": response,
+        "input_ids": torch.cat([idx, response], dim=-1),
+        "attention_mask": torch.cat((attention_mask, response_attention_mask), dim=-1),
+        "response_mask": get_response_mask(response_id=response, eos_token=eos_token_id, dtype=torch.float32),
+        "rollout_log_probs": rollout_log_probs,
+    })
+
+
+def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None) -> Rollout:
+    prompts = DataProto(batch={"input_ids": prompt_ids, "attention_mask": prompt_mask})
+    output = generate_sequences(policy, prompts.repeat(repeat_times=cfg.group_size), cfg, eos_token_id=eos_id,
+                                pad_token_id=pad_id, generator=generator)
+    return Rollout(input_ids=output.batch["input_ids"], attention_mask=output.batch["attention_mask"],
+                   completion_mask=output.batch["response_mask"], prompt_len=prompt_ids.shape[1],
+                   sampler_logp=output.batch["rollout_log_probs"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# advantage
+# reward and advantage
 
 
-@torch.no_grad()
-def compute_grpo_outcome_advantage(scores: torch.Tensor, index: list, epsilon: float = 1e-6,
-                                   scale_rewards: str = "group") -> torch.Tensor:
+def assign_uid(batch_size: int, n: int) -> list:
+    """The uid of each of the batch_size responses, n of them to a prompt."""
+    uid = [str(uuid.uuid4()) for _ in range(batch_size // n)]
+    return [u for u in uid for _ in range(n)]
+
+
+def compute_token_level_scores(scores: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """scores (bs,), one per response -> (bs, response_length), each on the last valid token of its response."""
+    reward_tensor = torch.zeros(response_mask.shape, dtype=scores.dtype, device=scores.device)
+    valid_response_length = response_mask.sum(dim=-1).long()
+    reward_tensor[torch.arange(len(scores), device=scores.device), valid_response_length - 1] = scores
+    return reward_tensor
+
+
+def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: list,
+                                   epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True,
+                                   std_from_batch: bool = False) -> tuple:
     """
     Compute advantage for GRPO, operating only on Outcome reward
     (with only one scalar reward for each response).
 
     Args:
-        scores: `(torch.Tensor)`
-            shape is (bs,)
+        token_level_rewards: `(torch.Tensor)`
+            shape is (bs, response_length)
+        response_mask: `(torch.Tensor)`
+            shape is (bs, response_length)
         index: `(list)`
             prompt uid of each response, for grouping
         epsilon: `(float)`
-            numerical constant of the scaling
-        scale_rewards: `(str)`
-            "group" scales by the std of the group, "batch" by the std of the batch, "none" does not scale
-            (Dr.GRPO, https://arxiv.org/abs/2503.20783)
+            small value to avoid division by zero
+        norm_adv_by_std_in_grpo: `(bool)`
+            whether to scale the GRPO advantage
+        std_from_batch: `(bool)`
+            scale by the std of the whole batch instead of each group's (the group means stay)
+
+    Note:
+        If norm_adv_by_std_in_grpo is True, the advantage is scaled by the std, as in the original GRPO.
+        If False, the advantage is not scaled, as in Dr.GRPO (https://arxiv.org/abs/2503.20783).
 
     Returns:
         advantages: `(torch.Tensor)`
-            shape is (bs,)
+            shape is (bs, response_length)
+        Returns: `(torch.Tensor)`
+            shape is (bs, response_length)
     """
-    scores = scores.detach().float().clone()
+    scores = token_level_rewards.sum(dim=-1)
+
     id2score = defaultdict(list)
     id2mean = {}
     id2std = {}
 
-    bsz = scores.shape[0]
-    for i in range(bsz):
-        id2score[index[i]].append(scores[i])
-    for idx in id2score:
-        scores_tensor = torch.stack(id2score[idx])
-        id2mean[idx] = torch.mean(scores_tensor)
-        id2std[idx] = torch.std(scores_tensor)
-    batch_std = torch.std(scores)
-    for i in range(bsz):
-        if scale_rewards == "group":
-            scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
-        elif scale_rewards == "batch":
-            scores[i] = (scores[i] - id2mean[index[i]]) / (batch_std + epsilon)
-        else:
-            scores[i] = scores[i] - id2mean[index[i]]
-    return scores
+    with torch.no_grad():
+        bsz = scores.shape[0]
+        for i in range(bsz):
+            id2score[index[i]].append(scores[i])
+        for idx in id2score:
+            if len(id2score[idx]) == 1:
+                id2mean[idx] = torch.tensor(0.0)
+                id2std[idx] = torch.tensor(1.0)
+            elif len(id2score[idx]) > 1:
+                scores_tensor = torch.stack(id2score[idx])
+                id2mean[idx] = torch.mean(scores_tensor)
+                id2std[idx] = torch.std(scores_tensor)
+            else:
+                raise ValueError(f"no score in prompt index: {idx}")
+        if std_from_batch:
+            id2std = dict.fromkeys(id2std, torch.std(scores))
+        for i in range(bsz):
+            if norm_adv_by_std_in_grpo:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+            else:
+                scores[i] = scores[i] - id2mean[index[i]]
+        scores = scores.unsqueeze(-1) * response_mask
 
-
-def prompt_uid(bsz: int, group_size: int) -> torch.Tensor:
-    """uid of the prompt each of the bsz responses answers, (bs,)"""
-    return torch.arange(bsz) // group_size
+    return scores, scores
 
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
-    uid = prompt_uid(rewards.shape[0], group_size).tolist()
-    return compute_grpo_outcome_advantage(rewards, uid, epsilon=eps, scale_rewards=scale)
+    token_level_rewards = rewards.unsqueeze(-1)  # (bs, 1): each score on a response of one token
+    advantages, _ = compute_grpo_outcome_advantage(token_level_rewards, torch.ones_like(token_level_rewards),
+                                                   assign_uid(len(rewards), group_size), epsilon=eps,
+                                                   norm_adv_by_std_in_grpo=scale in ("group", "batch"),
+                                                   std_from_batch=scale == "batch")
+    return advantages.squeeze(-1)
+
+
+def compute_advantage(data: DataProto, cfg: GRPOConfig) -> DataProto:
+    advantages, returns = compute_grpo_outcome_advantage(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        epsilon=cfg.adv_eps,
+        norm_adv_by_std_in_grpo=cfg.scale_rewards in ("group", "batch"),
+        std_from_batch=cfg.scale_rewards == "batch",
+    )
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -183,77 +305,104 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     return logp.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
 
 
-def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+def forward_micro_batch(actor_module, micro_batch: dict, temperature: float) -> torch.Tensor:
     """log_probs of the responses, (bs, response_length), fp32."""
-    response_length = input_ids.shape[-1] - prompt_len
-    logits = model(input_ids, attention_mask).float()  # (bs, seqlen, vocab_size)
-    logits = logits / temperature
+    response_length = micro_batch["responses"].size(-1)
+    logits = actor_module(micro_batch["input_ids"], micro_batch["attention_mask"]).float()  # (bs, seqlen, vocab)
+    logits.div_(temperature)
     logits = logits[:, -response_length - 1 : -1, :]  # (bs, response_length, vocab_size)
-    responses = input_ids[:, -response_length:]
-    return logprobs_from_logits(logits, responses)
+    log_probs = logprobs_from_logits(logits, micro_batch["responses"])
+    return log_probs
+
+
+def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    micro_batch = {"input_ids": input_ids, "attention_mask": attention_mask, "responses": input_ids[:, prompt_len:]}
+    return forward_micro_batch(model, micro_batch, temperature)
+
+
+def compute_log_prob(actor_module, data: DataProto, cfg: GRPOConfig) -> torch.Tensor:
+    """log_probs of the responses under actor_module, (bs, response_length), in the micro-batches of the update."""
+    actor_module.eval()
+    temperature = data.meta_info["temperature"]
+    log_probs_lst = []
+    for micro_batch in data.chunk(cfg.grad_accum_steps):
+        with torch.no_grad():
+            log_probs_lst.append(forward_micro_batch(actor_module, micro_batch.batch, temperature))
+    return torch.concat(log_probs_lst, dim=0)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # kl / loss
 
 
-def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str = "k3") -> torch.Tensor:
+def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str = "k3") -> torch.Tensor:
     """Compute KL divergence given logprob and ref_logprob.
     See more description in http://joschu.net/blog/kl-approx.html
 
-    kind: "k1" / "kl", "abs", "k2" / "mse", "k3", or "low_var_kl" (k3 clamped for numerical stability)
+    kl_penalty: "kl" / "k1", "abs", "mse" / "k2", "k3", or "low_var_kl" (k3 clamped for numerical stability)
     """
-    if kind in ("kl", "k1"):
+    if kl_penalty in ("kl", "k1"):
         return logprob - ref_logprob
-    if kind == "abs":
+
+    if kl_penalty == "abs":
         return (logprob - ref_logprob).abs()
-    if kind in ("mse", "k2"):
+
+    if kl_penalty in ("mse", "k2"):
         return 0.5 * (logprob - ref_logprob).square()
-    if kind == "k3":
+
+    if kl_penalty in ("k3", "low_var_kl"):
         kl = ref_logprob - logprob
+        if kl_penalty == "low_var_kl":
+            kl = torch.clamp(kl, min=-20, max=20)
+            return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
         return torch.exp(kl) - kl - 1
-    if kind == "low_var_kl":
-        kl = torch.clamp(ref_logprob - logprob, min=-20, max=20)
-        return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
-    raise NotImplementedError(f"kl penalty {kind}")
+
+    raise NotImplementedError(f"kl_penalty {kl_penalty}")
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str,
-             batch_num_tokens=None, loss_scale_factor: Optional[int] = None) -> torch.Tensor:
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, dp_size: int = 1,
+             batch_num_tokens=None, global_batch_size=None, loss_scale_factor=None) -> torch.Tensor:
     """
-    Aggregate the loss matrix into a scalar.
+    Aggregate the loss across global batch to ensure the loss is invariant to data parallelism.
 
     Args:
-        loss_mat: `(torch.Tensor)`
-            shape: (bs, response_length)
-        loss_mask: `(torch.Tensor)`
-            shape: (bs, response_length)
-        loss_agg_mode: (str) "token-mean" / "seq-mean-token-mean" / "seq-mean-token-sum-norm"
-        batch_num_tokens: number of valid tokens to divide by in "token-mean"; defaults to those in loss_mask
-        loss_scale_factor: constant divisor of "seq-mean-token-sum-norm"; defaults to loss_mask.shape[-1]
+        loss_mat: micro batch loss matrix, (bs, response_length)
+        loss_mask: micro batch loss mask, (bs, response_length)
+        loss_agg_mode: method to aggregate the loss matrix into a scalar
+        dp_size: data parallel size
+        batch_num_tokens: number of valid tokens in global batch
+        global_batch_size: global batch size
+        loss_scale_factor: scale factor for "seq-mean-token-sum-norm" mode. If None, uses loss_mask.shape[-1].
+            Set this to a constant value to ensure consistent normalization throughout training.
 
     Returns:
         loss: `a scalar torch.Tensor`
+            aggregated loss
     """
     if loss_agg_mode == "token-mean":
         if batch_num_tokens is None:
-            batch_num_tokens = loss_mask.sum().clamp(min=1.0)
-        loss = (loss_mat * loss_mask).sum() / batch_num_tokens
+            batch_num_tokens = loss_mask.sum()
+        loss = masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
     elif loss_agg_mode == "seq-mean-token-mean":
-        seq_losses = (loss_mat * loss_mask).sum(dim=-1) / loss_mask.sum(dim=-1).clamp(min=1.0)
-        loss = seq_losses.mean()
+        seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+        seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
+        if global_batch_size is None:
+            global_batch_size = seq_mask.sum()
+        loss = masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
     elif loss_agg_mode == "seq-mean-token-sum-norm":
+        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
         if loss_scale_factor is None:
             loss_scale_factor = loss_mask.shape[-1]
-        seq_losses = (loss_mat * loss_mask).sum(dim=-1)
-        loss = seq_losses.mean() / loss_scale_factor
+        loss = torch.sum(seq_losses) / loss_scale_factor
     else:
         raise ValueError(f"Invalid loss_agg_mode: {loss_agg_mode}")
+
     return loss
 
 
-def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, cliprange_low, cliprange_high,
-                        loss_agg_mode="token-mean", rollout_is_weights=None, **agg_kwargs):
+def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
+                        rollout_is_weights, global_batch_info: dict) -> tuple:
     """
     Compute the clipped policy objective and related metrics for PPO.
 
@@ -262,220 +411,253 @@ def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, clipr
         log_prob: (bs, response_length)
         advantages: (bs, response_length)
         response_mask: (bs, response_length)
-        cliprange_low, cliprange_high: ratio clipped to [1 - cliprange_low, 1 + cliprange_high]
-        rollout_is_weights: optional (bs, response_length) importance weights on the policy loss
+        loss_agg_mode: the aggregation mode of agg_loss
+        config: clip_eps (clip_ratio_low) and clip_eps_high (clip_ratio_high) bound the ratio
+        rollout_is_weights: (bs, response_length) importance weights on the policy loss, or None
+        global_batch_info: the normalizers agg_loss takes from the global batch
     """
+    clip_ratio_low = config.clip_eps
+    clip_ratio_high = config.clip_eps_high if config.clip_eps_high is not None else config.clip_eps
+
     negative_approx_kl = log_prob - old_log_prob
+    # Clamp negative_approx_kl for stability
+    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
     ratio = torch.exp(negative_approx_kl)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
     pg_losses1 = -advantages * ratio
-    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cliprange_low, 1 + cliprange_high)
+    pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     pg_losses = torch.maximum(pg_losses1, pg_losses2)
-    pg_clipfrac = (torch.gt(pg_losses2, pg_losses1).float() * response_mask).sum() / response_mask.sum().clamp(min=1.0)
+    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
 
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
 
-    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **agg_kwargs)
-    return pg_loss, pg_clipfrac
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+
+    pg_metrics = {
+        "actor/pg_clipfrac": pg_clipfrac.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
+    }
+    return pg_loss, pg_metrics
 
 
-def compute_rollout_is_weights(old_log_prob, rollout_log_probs, response_mask, threshold: float) -> torch.Tensor:
-    """Token-level truncated IS weights between the actor's old log-probs and the rollout engine's."""
-    log_ratio = (old_log_prob - rollout_log_probs).masked_fill(~response_mask.bool(), 0.0)
-    return torch.exp(log_ratio).clamp(max=threshold).detach()
+def compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, rollout_is_threshold: float):
+    """Importance weights between the actor and the rollout engine, token by token, (bs, response_length)."""
+    log_ratio = torch.where(response_mask.bool(), old_log_prob - rollout_log_prob, 0.0)
+    rollout_is_weights = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0)).clamp(max=rollout_is_threshold)
+    return (rollout_is_weights * response_mask).detach()
 
 
-def grpo_loss(log_prob, old_log_prob, ref_log_prob, advantages, response_mask, cfg: GRPOConfig, *,
-              num_tokens=None, sampler_logp=None) -> torch.Tensor:
-    """pg_loss + kl_loss_coef * kl_loss, both aggregated with the loss_agg_mode of cfg.loss_type."""
-    valid = response_mask.bool()
-    log_prob = torch.where(valid, log_prob, torch.zeros_like(log_prob))
-    old_log_prob = torch.where(valid, old_log_prob, torch.zeros_like(old_log_prob))
-    ref_log_prob = torch.where(valid, ref_log_prob, torch.zeros_like(ref_log_prob))
-    if advantages.dim() == 1:
-        advantages = advantages.unsqueeze(-1)  # (bs, 1)
-    response_mask = valid.to(log_prob.dtype)
+def global_batch_info(cfg: GRPOConfig, response_mask, batch_num_tokens=None, dp_size: int = 1) -> dict:
+    """What agg_loss divides one micro-batch's loss by, so that the micro-batches of a mini-batch (response_mask,
+    this rank's share) add up to its loss: the token and response counts over every data-parallel rank, and for
+    seq-mean-token-sum-norm the responses times the response length. bnpo takes none of them: each micro-batch
+    is a token mean of its own."""
+    if cfg.loss_type == "bnpo":
+        return {}
+    return {
+        "dp_size": dp_size,
+        "batch_num_tokens": batch_num_tokens,
+        "global_batch_size": len(response_mask) * dp_size,
+        "loss_scale_factor": len(response_mask) * cfg.max_new_tokens,
+    }
 
-    loss_agg_mode = LOSS_AGG_MODE[cfg.loss_type]
-    agg_kwargs = {}
-    if cfg.loss_type == "dapo" and num_tokens is not None:
-        agg_kwargs["batch_num_tokens"] = num_tokens
-    if cfg.loss_type == "dr_grpo":
-        agg_kwargs["loss_scale_factor"] = cfg.max_new_tokens
+
+def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batch_info: dict) -> tuple:
+    """The actor's loss on one micro-batch: the clipped policy loss and the KL loss against the reference policy,
+    aggregated by the loss_agg_mode of config.loss_type."""
+    response_mask = data["response_mask"].to(bool)
+    loss_agg_mode = LOSS_AGG_MODE[config.loss_type]
 
     rollout_is_weights = None
-    if cfg.is_cap is not None and sampler_logp is not None:
-        rollout_is_weights = compute_rollout_is_weights(old_log_prob, sampler_logp, response_mask, cfg.is_cap)
+    if config.is_cap is not None and data.get("rollout_log_probs") is not None:
+        rollout_is_weights = compute_rollout_is_weights(old_log_prob, data["rollout_log_probs"], response_mask,
+                                                        config.is_cap)
 
-    cliprange_high = cfg.clip_eps_high if cfg.clip_eps_high is not None else cfg.clip_eps
-    pg_loss, _ = compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, cfg.clip_eps,
-                                     cliprange_high, loss_agg_mode, rollout_is_weights, **agg_kwargs)
-    kld = kl_penalty(log_prob, ref_log_prob, kind="k3")
-    kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **agg_kwargs)
-    return pg_loss + kl_loss * cfg.beta
+    pg_loss, pg_metrics = compute_policy_loss(
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=data["advantages"],
+        response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=config,
+        rollout_is_weights=rollout_is_weights,
+        global_batch_info=global_batch_info,
+    )
+    metrics = {"actor/pg_loss": pg_loss.item(), **pg_metrics}
+    policy_loss = pg_loss
+
+    kld = kl_penalty(logprob=log_prob, ref_logprob=data["ref_log_prob"], kl_penalty="k3")
+    kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+    policy_loss += kl_loss * config.beta
+    metrics["actor/kl"] = masked_mean(kld, response_mask).item()
+    return policy_loss, metrics
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *, num_tokens=None,
+              sampler_logp=None) -> torch.Tensor:
+    response_mask = completion_mask.bool()
+    log_prob, old_log_prob, ref_log_prob = (torch.where(response_mask, x, 0.0) for x in (logp, old_logp, ref_logp))
+    data = {
+        "response_mask": response_mask,
+        "advantages": advantages.unsqueeze(-1) * response_mask,  # (bs, response_length)
+        "ref_log_prob": ref_log_prob,
+        "rollout_log_probs": sampler_logp,
+    }
+    policy_loss, _ = ppo_loss(cfg, log_prob, old_log_prob, data, global_batch_info(cfg, response_mask, num_tokens))
+    return policy_loss
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# stages on the batch dict
+# actor
 
 
-def split_batch(batch: dict, num_chunks: int) -> list[dict]:
-    """Split every tensor of the batch along dim 0 into num_chunks contiguous micro batches (empty ones dropped)."""
-    tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
-    bsz = next(iter(tensors.values())).shape[0]
-    micro_batches = []
-    for rows in torch.arange(bsz).tensor_split(num_chunks):
-        if len(rows) == 0:
-            continue
-        micro_batch = {k: (v[rows.to(v.device)] if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
-        micro_batches.append(micro_batch)
-    return micro_batches
+def append_to_dict(data: dict, new_data: dict) -> None:
+    for key, val in new_data.items():
+        data[key].append(val)
 
 
-def rollout_to_batch(rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
-    return {
-        "input_ids": rollout.input_ids,
-        "attention_mask": rollout.attention_mask,
-        "response_mask": rollout.completion_mask,
-        "token_level_scores": rewards,  # outcome reward, one per response
-        "uid": prompt_uid(rollout.input_ids.shape[0], cfg.group_size),
-        "rollout_log_probs": rollout.sampler_logp,
-        "meta_info": {"temperature": cfg.temperature, "prompt_length": rollout.prompt_len},
-    }
+def _optimizer_step(actor_module, actor_optimizer, cfg: GRPOConfig) -> torch.Tensor:
+    assert cfg.max_grad_norm is not None
+    grad_norm = torch.nn.utils.clip_grad_norm_(actor_module.parameters(), max_norm=cfg.max_grad_norm)
+
+    # if grad_norm is not finite, skip the update
+    if not torch.isfinite(grad_norm):
+        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+        print(f"WARN: rank {rank} grad_norm is not finite: {grad_norm}")
+        actor_optimizer.zero_grad()
+    else:
+        actor_optimizer.step()
+    return grad_norm
 
 
-def compute_advantage(batch: dict, cfg: GRPOConfig) -> dict:
-    advantages = compute_grpo_outcome_advantage(batch["token_level_scores"], batch["uid"].tolist(),
-                                                epsilon=cfg.adv_eps, scale_rewards=cfg.scale_rewards)
-    batch["advantages"] = advantages.unsqueeze(-1) * batch["response_mask"]  # (bs, response_length)
-    batch["seq_advantages"] = advantages
-    return batch
+def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfig) -> dict:
+    actor_module.train()
+    temperature = data.meta_info["temperature"]
+    dp_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
+    # one mini-batch, the whole batch: one optimizer step per epoch
+    mini_batches = data.chunk(1)
 
-@torch.no_grad()
-def compute_log_prob(model, batch: dict, cfg: GRPOConfig) -> torch.Tensor:
-    meta = batch["meta_info"]
-    log_probs = []
-    for micro_batch in split_batch(batch, cfg.grad_accum_steps):
-        log_probs.append(token_logprobs(model, micro_batch["input_ids"], micro_batch["attention_mask"],
-                                        meta["prompt_length"], meta["temperature"]))
-    return torch.cat(log_probs, dim=0)  # (bs, response_length)
+    on_policy = len(mini_batches) == 1 and cfg.num_iterations == 1
 
-
-def global_batch_num_tokens(response_mask: torch.Tensor) -> torch.Tensor:
-    num_tokens = response_mask.sum().float()
-    dp_size = 1
-    if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(num_tokens)
-        dp_size = dist.get_world_size()
-    return num_tokens.clamp(min=1.0) / dp_size
-
-
-def loss_scale_factor(cfg: GRPOConfig, micro_bsz: int, mini_bsz: int) -> float:
-    if cfg.loss_type == "dapo":
-        return 1.0
-    if cfg.loss_type == "bnpo":
-        return 1.0 / cfg.grad_accum_steps
-    return micro_bsz / mini_bsz
-
-
-@torch.no_grad()
-def compute_data_metrics(batch: dict, log_prob: torch.Tensor, cfg: GRPOConfig) -> dict:
-    mask = batch["response_mask"].bool()
-    log_prob = log_prob.masked_fill(~mask, 0.0)
-    ratio = torch.exp(log_prob - batch["old_log_probs"].masked_fill(~mask, 0.0))
-    kld = kl_penalty(log_prob, batch["ref_log_prob"].masked_fill(~mask, 0.0), kind="k3")
-    advantages = batch["seq_advantages"].unsqueeze(-1)
-    cliprange_high = cfg.clip_eps_high if cfg.clip_eps_high is not None else cfg.clip_eps
-    pg_losses1 = -advantages * ratio
-    pg_losses2 = -advantages * torch.clamp(ratio, 1 - cfg.clip_eps, 1 + cliprange_high)
-    n = mask.sum().clamp(min=1)
-    return {
-        "actor/kl_loss": (kld * mask).sum().item() / n.item(),
-        "actor/pg_clipfrac": (torch.gt(pg_losses2, pg_losses1) & mask).sum().item() / n.item(),
-        "actor/ppo_ratio_dev": (ratio - 1).abs().max().item(),
-    }
-
-
-def update_policy(actor, optimizer, batch: dict, cfg: GRPOConfig) -> dict:
     metrics = defaultdict(list)
-    meta = batch["meta_info"]
-    mini_bsz = batch["input_ids"].shape[0]
-    num_tokens = global_batch_num_tokens(batch["response_mask"])
-    use_rollout_is = cfg.is_cap is not None and batch["rollout_log_probs"] is not None
     for _ in range(cfg.num_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        pg_loss, log_probs = 0.0, []
-        for micro_batch in split_batch(batch, cfg.grad_accum_steps):
-            log_prob = token_logprobs(actor, micro_batch["input_ids"], micro_batch["attention_mask"],
-                                      meta["prompt_length"], meta["temperature"])
-            policy_loss = grpo_loss(log_prob, micro_batch["old_log_probs"], micro_batch["ref_log_prob"],
-                                    micro_batch["advantages"], micro_batch["response_mask"], cfg,
-                                    num_tokens=num_tokens,
-                                    sampler_logp=micro_batch["rollout_log_probs"] if use_rollout_is else None)
-            loss = policy_loss * loss_scale_factor(cfg, micro_batch["input_ids"].shape[0], mini_bsz)
-            loss.backward()
-            pg_loss += loss.detach().item()
-            log_probs.append(log_prob.detach())
-        grad_norm = torch.nn.utils.clip_grad_norm_(actor.parameters(), max_norm=cfg.max_grad_norm)
-        optimizer.step()
-        metrics["actor/pg_loss"].append(pg_loss)
-        metrics["actor/grad_norm"].append(grad_norm.item())
-        for k, v in compute_data_metrics(batch, torch.cat(log_probs, dim=0), cfg).items():
-            metrics[k].append(v)
+        for mini_batch in mini_batches:
+            micro_batches = mini_batch.chunk(cfg.grad_accum_steps)
+            response_mask = mini_batch.batch["response_mask"]
+            batch_num_tokens = response_mask.sum().float()
+            if dp_size > 1:
+                dist.all_reduce(batch_num_tokens)
+            batch_info = global_batch_info(cfg, response_mask, batch_num_tokens, dp_size)
+            # with the global batch's normalizers the micro-batch losses add up; without, they are averaged
+            loss_scale_factor = 1.0 if batch_info else 1 / cfg.grad_accum_steps
+
+            mini_batch_metrics = defaultdict(float)
+            actor_optimizer.zero_grad()
+            for micro_batch in micro_batches:
+                log_prob = forward_micro_batch(actor_module, micro_batch.batch, temperature)
+                old_log_prob = log_prob.detach() if on_policy else micro_batch.batch["old_log_probs"]
+
+                policy_loss, micro_batch_metrics = ppo_loss(cfg, log_prob, old_log_prob, micro_batch.batch,
+                                                            batch_info)
+                loss = policy_loss * loss_scale_factor
+                loss.backward()
+
+                token_share = (micro_batch.batch["response_mask"].sum() / response_mask.sum()).item()
+                mini_batch_metrics["actor/loss"] += loss.item()
+                mini_batch_metrics["actor/kl"] += micro_batch_metrics["actor/kl"] * token_share
+                mini_batch_metrics["actor/pg_clipfrac"] += micro_batch_metrics["actor/pg_clipfrac"] * token_share
+                mini_batch_metrics["actor/ppo_ratio_dev"] = max(mini_batch_metrics["actor/ppo_ratio_dev"],
+                                                                micro_batch_metrics["actor/ppo_ratio_dev"])
+
+            grad_norm = _optimizer_step(actor_module, actor_optimizer, cfg)
+            mini_batch_metrics["actor/grad_norm"] = grad_norm.item()
+            append_to_dict(metrics, mini_batch_metrics)
+    actor_optimizer.zero_grad()
     return metrics
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# one step
+
+
+def rollout_to_batch(rollout: Rollout, cfg: GRPOConfig) -> DataProto:
+    batch = {
+        "input_ids": rollout.input_ids,
+        "attention_mask": rollout.attention_mask,
+        "responses": rollout.input_ids[:, rollout.prompt_len:],
+        "response_mask": rollout.completion_mask,
+    }
+    if rollout.sampler_logp is not None:
+        batch["rollout_log_probs"] = rollout.sampler_logp
+    return DataProto(batch, {"uid": assign_uid(len(rollout.input_ids), cfg.group_size)},
+                     {"temperature": cfg.temperature})
+
+
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
-    batch = rollout_to_batch(rollout, rewards, cfg)
+    batch = rollout_to_batch(rollout, cfg)
+    batch.batch["old_log_probs"] = compute_log_prob(policy, batch, cfg)
+    batch.batch["ref_log_prob"] = compute_log_prob(ref_policy, batch, cfg)
+
+    batch.batch["token_level_scores"] = compute_token_level_scores(rewards, batch.batch["response_mask"])
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     batch = compute_advantage(batch, cfg)
-    batch["old_log_probs"] = compute_log_prob(policy, batch, cfg)
-    batch["ref_log_prob"] = compute_log_prob(ref_policy, batch, cfg)
+
     metrics = update_policy(policy, optimizer, batch, cfg)
+    response_mask = batch.batch["response_mask"]
     return {
-        "loss": metrics["actor/pg_loss"][0],
-        "kl": metrics["actor/kl_loss"][0],
+        "loss": metrics["actor/loss"][0],
+        "kl": metrics["actor/kl"][0],
         "ratio_dev": metrics["actor/ppo_ratio_dev"][0],
         "clip_frac": metrics["actor/pg_clipfrac"][-1],
         "grad_norm": metrics["actor/grad_norm"][-1],
-        "adv_std": batch["seq_advantages"].std().item(),
-        "completion_len": batch["response_mask"].sum(-1).float().mean().item(),
+        "adv_std": batch.batch["advantages"][:, 0].std().item(),  # every response holds its first token
+        "completion_len": response_mask.sum(-1).float().mean().item(),
     }
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# trainer loop
+# trainer
 
 
 def print_metrics(data: dict) -> None:
-    keys = ["critic/score/mean", "critic/score/max", "actor/pg_loss", "actor/kl_loss", "actor/pg_clipfrac",
-            "actor/grad_norm", "response_length/mean"]
-    names = ["reward_mean", "reward_max", "loss", "kl", "clip_frac", "grad_norm", "completion_len"]
-    print(f"step:{data['step']} - " + " - ".join(f"{k}:{data[n]:.3f}" for k, n in zip(keys, names)), flush=True)
+    keys = {"reward_mean": "critic/score/mean", "reward_max": "critic/score/max", "loss": "actor/loss",
+            "kl": "actor/kl", "clip_frac": "actor/pg_clipfrac", "grad_norm": "actor/grad_norm",
+            "completion_len": "response_length/mean"}
+    print(f"step:{data['step']} - " + " - ".join(f"{key}:{data[name]:.3f}" for name, key in keys.items()), flush=True)
+
+
+def init_workers(policy, cfg: GRPOConfig, dp_size: int) -> tuple:
+    """The actor module (one DistributedDataParallel replica per rank), its optimizer, and the reference policy."""
+    ref_module = copy.deepcopy(policy).requires_grad_(False)
+    actor_module = DistributedDataParallel(policy) if dp_size > 1 else policy
+    actor_optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+    return actor_module, actor_optimizer, ref_module
 
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
-    dp_rank, dp_size = (dist.get_rank(), dist.get_world_size()) if dist.is_available() and dist.is_initialized() \
-        else (0, 1)
+    distributed = dist.is_available() and dist.is_initialized()
+    dp_rank, dp_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     torch.manual_seed(seed)
     device = next(policy.parameters()).device
+    actor_module, actor_optimizer, ref_module = init_workers(policy, cfg, dp_size)
     dataloader_generator = torch.Generator().manual_seed(seed + dp_rank)
     rollout_generator = torch.Generator(device=device).manual_seed(seed + dp_rank)
-    ref_policy = copy.deepcopy(policy).requires_grad_(False)
-    actor_module = DistributedDataParallel(policy) if dp_size > 1 else policy  # the actor the optimizer updates
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
+
     history = []
-    for step in range(1, steps + 1):
+    for global_steps in range(1, steps + 1):
         prompt_ids, prompt_mask = task.sample_prompts(batch_size, dataloader_generator)
         rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg, eos_id=task.eos_id,
                            pad_id=task.pad_id, generator=rollout_generator)
         reward_tensor = task.reward(rollout).to(device)
-        metrics = grpo_step(actor_module, ref_policy, optimizer, rollout, reward_tensor, cfg)
-        data = {"step": step, "reward_mean": reward_tensor.mean().item(), "reward_max": reward_tensor.max().item(),
-                **metrics}
-        history.append(data)
-        log(data)
+        metrics = {"step": global_steps, "reward_mean": reward_tensor.mean().item(),
+                   "reward_max": reward_tensor.max().item()}
+        metrics.update(grpo_step(actor_module, ref_module, actor_optimizer, rollout, reward_tensor, cfg))
+        history.append(metrics)
+        log(metrics)
     return history
 
 

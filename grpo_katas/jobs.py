@@ -60,8 +60,8 @@ class Lines:
     so that a print with no newline in sight costs no memory)."""
     MAX_LINE = 2000
 
-    def __init__(self):
-        self.buf, self.dropping = b"", False
+    def __init__(self, max_line: int = MAX_LINE):
+        self.buf, self.dropping, self.max_line = b"", False, max_line
 
     def feed(self, data: bytes) -> list:
         out = []
@@ -72,8 +72,8 @@ class Lines:
                 self.buf, self.dropping = b"", False
             if not self.dropping:
                 self.buf += piece
-                if len(self.buf) > self.MAX_LINE:
-                    out.append(self.text(self.buf[: self.MAX_LINE]) + " …")
+                if len(self.buf) > self.max_line:
+                    out.append(self.text(self.buf[: self.max_line]) + " …")
                     self.buf, self.dropping = b"", True
         return out
 
@@ -94,6 +94,7 @@ class LoopRun:
     as it came (up to LOG_BYTES; `log_full` says when that was reached). Afterwards `returncode` is set;
     `last_output` holds the loop's last few lines."""
     LOG_BYTES = 20_000_000
+    MAX_EVENT = 4_000_000  # an event line, a crash's traceback included (a RecursionError's is some 100 kB)
 
     def __init__(self, path: Path, runner_args: list, log: Path | None = None):
         self.cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), *runner_args]
@@ -111,7 +112,7 @@ class LoopRun:
         os.close(write_events)
         os.close(read_acks)
         output = proc.stdout.fileno()
-        lines = {output: Lines(), read_events: Lines()}
+        lines = {output: Lines(), read_events: Lines(self.MAX_EVENT)}
         log = self.open_log()
         try:
             while lines:
@@ -128,14 +129,14 @@ class LoopRun:
                     self.last_output = (self.last_output + got)[-5:]
                     yield from (("output", line) for line in got)
                     continue
-                for line in got:
+                for line in got:  # every line is answered, an event or not: the runner waits for an answer to each
+                    with contextlib.suppress(OSError):  # its output is read: the runner goes on while we draw
+                        os.write(write_acks, b".")
                     try:
                         event = json.loads(line)
                     except ValueError:
                         continue  # not the runner's: something wrote to its channel
                     if isinstance(event, dict) and "event" in event:
-                        with contextlib.suppress(OSError):  # its output is read: the runner goes on while we draw
-                            os.write(write_acks, b".")
                         yield "event", event
             self.returncode = proc.wait()
         finally:

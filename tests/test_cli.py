@@ -161,6 +161,16 @@ def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
     assert code == 1 and "bad [/shape] in [grpo_x]" in out
 
 
+@pytest.mark.timeout(120)
+def test_a_crash_whose_event_is_longer_than_a_printed_line_ends_the_run(repo):
+    cli(repo, "kata", "2")  # the crash event, traceback and all, is one line of JSON; a cut one would never be answered
+    loop = copy_of(repo, 2)
+    loop.write_text(loop.read_text().replace('    """Reference = frozen deepcopy',
+                                             '    raise ValueError("long " + "x" * 5000)\n    """Reference = frozen deepcopy'))
+    code, out = cli(repo, "run", "2", "--steps", "1")
+    assert code == 1 and "ValueError: long" in out
+
+
 def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_target():
     from grpo_katas import cli as practice, trainer
     code, out = cli(ROOT, "--help")

@@ -51,8 +51,10 @@ def ci_measure():
 
 def test_ci_runs_make_test_then_the_slow_tests_then_the_whole_proof_fresh_and_measure_times_each():
     measure = ci_measure()
-    assert measure.ci_commands(ROOT / ".ci" / "run") == [
-        "make test", ".venv/bin/python -m pytest -q -m slow --durations=12 tests", "make verify FRESH=1"]
+    setup, rest = measure.split_setup(measure.ci_commands(ROOT / ".ci" / "run"))
+    assert [c.split("&&")[0].strip() for c in setup] == ["make setup"] and "'.[hf]'" in setup[0]  # tests/test_hf.py
+    assert rest == ["make test", ".venv/bin/python -m pytest -q -m slow --durations=12 tests", "make verify FRESH=1"]
+    assert measure.split_setup(["make test"]) == (["make setup"], ["make test"])
 
 
 def test_measure_gives_each_command_its_wall_and_cpu_seconds(tmp_path, capfd):

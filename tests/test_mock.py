@@ -94,7 +94,7 @@ def test_a_data_parallel_bundle_runs_on_two_ranks(repo, tmp_path):
     code, _ = cli(repo, "bundle", "34", str(tmp_path / "b"))
     run = subprocess.run([sys.executable, "run.py", "--steps", "2"], cwd=tmp_path / "b", env=ENV,
                          capture_output=True, text=True, timeout=240)
-    assert code == 0 and run.returncode == 0 and "step   2 | rank 1 | reward_mean" in run.stdout, run.stderr
+    assert code == 0 and run.returncode == 0 and "step   2 | rank 1 | loss" in run.stdout, run.stderr
 
 
 def test_a_time_box_that_is_not_a_positive_number_is_refused_in_one_line(repo):

@@ -143,5 +143,6 @@ def replay(policy, cfg, final, records):
         err = float((got - want).norm() / want.norm().clamp(min=1e-12))
         assert close(err, 0.0, atol=0.05), (
             f"training: step {k + 1} on 2 data-parallel ranks moved the parameters by {got.norm():.4g}; AdamW on "
-            f"both ranks' rollouts and rewards together moves them by {want.norm():.4g}, a difference of {err:.0%} "
+            f"both ranks' rollouts and rewards together moves them by {want.norm():.4g}; the two moves differ by a "
+            f"vector {err:.0%} as long as AdamW's "
             f"(cosine {float(torch.dot(got, want) / (got.norm() * want.norm()).clamp(min=1e-12)):+.3f})")

@@ -30,18 +30,24 @@ class CatalogueError(Exception):
 class Codebase:
     name: str
     path: Path
-    style: str   # where its style comes from, in one line
+    style: str   # in whose manner it is written: its row of the README's codebase table
 
 
 CODEBASES = {c.name: c for c in [
-    Codebase("paper", REFERENCE, "the paper's steps top to bottom as small functions, in the manner of nanoGPT's "
-             "train.py (the reference the README teaches from)"),
-    Codebase("trainer", ROOT / "solutions" / "codebases" / "trainer.py", "a trainer class holding policy, reference "
-             "and optimizer, in the manner of TRL's GRPOTrainer (trl/trainer/grpo_trainer.py)"),
-    Codebase("script", ROOT / "solutions" / "codebases" / "script.py", "one flat script with few helpers and inline "
-             "loops, in the manner of nanochat's scripts/chat_rl.py"),
-    Codebase("core", ROOT / "solutions" / "codebases" / "core.py", "core algorithms passed a batch dict, advantages "
-             "grouped by prompt uid, in the manner of verl's verl/trainer/ppo/core_algos.py"),
+    Codebase("paper", REFERENCE,
+             "a train loop as nanoGPT's `train.py` writes one (`master_process`, the gradient-sync toggle while "
+             "accumulating, an `iter N: loss ..., time ...ms` line) over the paper's steps as small functions "
+             "(the reference)"),
+    Codebase("trainer", ROOT / "solutions" / "codebases" / "trainer.py",
+             "a trainer class whose `_prepare_inputs` buffers a generation batch and serves it in micro-batches "
+             "to `training_step`, the training loop stepping the optimizer, TRL's `GRPOTrainer`"),
+    Codebase("script", ROOT / "solutions" / "codebases" / "script.py",
+             "one script in nanochat's voice (a generator of batches, sampling with the KV cache, `print0` on "
+             "rank 0, a comment at each step), nanochat's `scripts/chat_rl.py`"),
+    Codebase("core", ROOT / "solutions" / "codebases" / "core.py",
+             "core algorithms over a batch of rollouts (token-level scores, advantages grouped by a uuid per "
+             "prompt) and an actor's staged update (mini- and micro-batches, global-batch loss normalizers), "
+             "verl's `core_algos.py` and `dp_actor.py`"),
 ]}
 
 

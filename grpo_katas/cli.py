@@ -43,8 +43,9 @@ def cmd_run(args) -> int:
     settings = kata.settings if args.set is None else args.set
     runner_args = run_args(steps, seed, nproc, settings, args.hf_model, args.task)
     run = LoopRun(path, runner_args, log=path.parent / "run.log")
-    history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps),
-                                    render.cited_metrics(kata), shown(path.parent / "run.log"))
+    cited = render.cited_metrics(kata)
+    history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps), cited,
+                                    shown(path.parent / "run.log"))
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
         from grpo_katas.runs import flag_words  # torch comes with it: only here, where a run was made
         raise UserError(flag_words(last["setting"], last["problem"]))
@@ -54,7 +55,7 @@ def cmd_run(args) -> int:
         with console.status("a healthy run with the same seed and settings, for comparison (kept in work/cache/)"):
             healthy = reference_run(runner_args, CODEBASES[kata.codebase].path)
         render.comparison(f"kata {kata.key}", history, healthy, steps, path.parent / "run.png",
-                          f"kata {kata.key}, seed {seed}" + (f", {' '.join(settings)}" if settings else ""))
+                          f"kata {kata.key}, seed {seed}" + (f", {' '.join(settings)}" if settings else ""), cited)
     if last and last["event"] == "crash":
         render.crash_report(last)
         return 1

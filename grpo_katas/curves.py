@@ -8,9 +8,19 @@ from pathlib import Path
 
 # (stats key, label, digits): the curves a run is judged by, in the order they are drawn.
 CURVES = [("reward_mean", "reward", 2), ("kl", "KL", 4), ("grad_norm", "grad norm", 2)]
+# The other metrics the loops report, for a brief that cites one: its curve is drawn after CURVES.
+MORE = {"reward_max": ("reward max", 2), "loss": ("loss", 4), "clip_frac": ("clip frac", 3),
+        "adv_std": ("adv std", 3), "completion_len": ("length", 2), "ratio_dev": ("|ratio-1|", 4)}
 BARS = "▁▂▃▄▅▆▇█"
 NOT_FINITE = "×"
 PLOT_HINT = "for a PNG of these curves: .venv/bin/pip install matplotlib (the optional [plot] extra)"
+
+
+def curves_for(cited=()) -> list:
+    """CURVES, then each metric in `cited` (those a brief cites) that they lack, labelled by its key where it is
+    not one the loops report."""
+    drawn = {key for key, _, _ in CURVES}
+    return CURVES + [(key, *MORE.get(key, (key, 3))) for key in dict.fromkeys(cited) if key not in drawn]
 
 
 def series(history: list, key: str, steps: int, width: int = 40) -> list:
@@ -51,8 +61,8 @@ def shared_range(*runs: list) -> tuple:
     return (min(finite), max(finite)) if finite else (0.0, 1.0)
 
 
-def plot_png(runs: dict, path: Path, title: str = "") -> bool:
-    """One panel per curve in CURVES, one line per run ({label: history}); False when matplotlib is missing. A
+def plot_png(runs: dict, path: Path, title: str = "", curves=CURVES) -> bool:
+    """One panel per curve in `curves` (key, label, digits), one line per run ({label: history}); False when matplotlib is missing. A
     value that is not finite is an × on the panel's top edge, in its run's colour, so that a run gone NaN still
     shows (a line through NaN draws nothing); so does a run of one step (a dot)."""
     try:
@@ -61,8 +71,8 @@ def plot_png(runs: dict, path: Path, title: str = "") -> bool:
         import matplotlib.pyplot as plt
     except ImportError:
         return False
-    fig, axes = plt.subplots(len(CURVES), 1, figsize=(7, 2.2 * len(CURVES)), sharex=True)
-    for ax, (key, label, _) in zip(axes, CURVES):
+    fig, axes = plt.subplots(len(curves), 1, figsize=(7, 2.2 * len(curves)), sharex=True, squeeze=False)
+    for ax, (key, label, _) in zip(axes[:, 0], curves):
         points = {name: [(h["step"], _number(h[key])) for h in history if key in h] for name, history in runs.items()}
         lines = {}
         for name, run in points.items():

@@ -24,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_katas.catalogue import COMPONENTS
-from grpo_katas.curves import CURVES, NOT_FINITE, PLOT_HINT, plot_png, series, shared_range, sparkline, summarize
+from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, curves_for, plot_png, series, shared_range, sparkline,
+                               summarize)
 from grpo_katas.progress import shown
 
 console = Console(highlight=False)
@@ -174,6 +175,15 @@ def cited_metrics(kata) -> list:
     return list(dict.fromkeys(s["metric"].split("@")[0] for s in kata.symptoms if s.get("metric")))
 
 
+def run_settings(event: dict) -> str:
+    """The runner's config event as one line: what the run is, and the settings it takes that the file's
+    GRPOConfig would not (the practice settings and the run's own)."""
+    ranks = f", {event.get('nproc')} ranks" if event.get("nproc", 1) > 1 else ""
+    changed = " ".join(f"{k}={v}" for k, v in (event.get("changed") or {}).items())
+    return (f"{event.get('task')} task, seed {event.get('seed')}, {event.get('steps')} steps{ranks}; GRPOConfig: "
+            + (f"the file's defaults but {changed}" if changed else "the file's defaults"))
+
+
 def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> tuple:
     """Draw a run as it goes: what the loop prints, each line marked with the step it printed in (at most
     OUTPUT_LINES a step), above a live table of the steps. Returns (the steps' stats, the runner's last event)."""
@@ -199,6 +209,8 @@ def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> t
                     seen["dropped"] += 1
                 continue
             last = item
+            if item["event"] == "config":
+                live.console.print(Text(run_settings(item), style="dim"))
             if item["event"] == "step":
                 say_dropped()
                 history.append({k: v for k, v in item.items() if k != "event"})
@@ -245,20 +257,23 @@ def over_ranks(history: list) -> list:
     return out
 
 
-def comparison(label: str, history: list, healthy: tuple, steps: int, png, title: str) -> None:
+def comparison(label: str, history: list, healthy: tuple, steps: int, png, title: str, cited=()) -> None:
     """Your curves beside the healthy run's (`healthy`: its history, whether it was cached, why it did not finish),
-    as sparklines and, with matplotlib, a PNG (`png`, titled `title`)."""
+    as sparklines and, with matplotlib, a PNG (`png`, titled `title`): reward, KL and grad norm, then any other
+    metric the brief cites (`cited`)."""
     reference, cached, problem = healthy
-    curves(label, history, reference, steps, problem, cached)
+    shown_curves = curves_for(cited)
+    curves(label, history, reference, steps, problem, cached, shown_curves)
     try:
-        drawn = plot_png({"yours": over_ranks(history), "healthy": over_ranks(reference)}, png, title)
+        drawn = plot_png({"yours": over_ranks(history), "healthy": over_ranks(reference)}, png, title, shown_curves)
     except OSError as exc:
         console.print(f"[yellow]cannot write {escape(shown(png))}: {exc.strerror or exc}[/]")
         return
     console.print(f"curves: {shown(png)}" if drawn else f"[dim]{escape(PLOT_HINT)}[/]")
 
 
-def curves(label: str, history: list, reference: list, steps: int, problem: str | None, cached=False) -> None:
+def curves(label: str, history: list, reference: list, steps: int, problem: str | None, cached=False,
+           which=CURVES) -> None:
     """Sparklines of your run and the healthy one, a row per curve on a shared scale, sized to the terminal."""
     ranks = ranks_of(history)
     mine, ref = over_ranks(history), over_ranks(reference)
@@ -266,7 +281,7 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
     title = f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)" + \
         (f"; each the mean over the {ranks} ranks" if ranks > 1 else "")
     table = Table("", f"{label} (yours)", "healthy (the same code, no bugs)", box=None, padding=(0, 2))
-    for key, name, digits in CURVES:
+    for key, name, digits in which:
         a, b = series(mine, key, steps, width), series(ref, key, steps, width)
         lo, hi = shared_range(a, b)
         cells = []

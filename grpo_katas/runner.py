@@ -15,6 +15,7 @@ was printed in, though the two travel apart (the wait is not counted in the step
 "traceback"} (the loop's own code raised; the traceback starts at the first frame in the loop's file).
 """
 import argparse
+import dataclasses
 import json
 import os
 import re
@@ -26,7 +27,7 @@ from pathlib import Path
 import torch
 
 from grpo_katas.loader import TargetError, load_target
-from grpo_katas.runs import ConfigError, RankFailed, RunConfig, drive, drive_ranks, parse_overrides
+from grpo_katas.runs import ConfigError, RankFailed, RunConfig, drive, drive_ranks, grpo_config, parse_overrides
 
 events, ack = sys.stdout, None  # the channel, and the caller's answers; main() sets them from the flags
 waited = 0.0  # seconds spent waiting for the caller since the last step
@@ -64,6 +65,15 @@ def plain(stats: dict) -> dict:
         except (TypeError, ValueError):  # a string, None, a tensor of more than one element
             continue
     return out
+
+
+def settings(grpo, run: RunConfig) -> dict:
+    """What the run is, for its header: task, seed, steps, ranks, and each GRPOConfig field the run sets otherwise
+    than the loop file's own defaults (the practice settings, then the run's overrides), as text."""
+    cfg, default = grpo_config(grpo, run), grpo.GRPOConfig()
+    changed = {f.name: repr(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
+               if getattr(cfg, f.name) != getattr(default, f.name, None)}
+    return {"task": run.task, "seed": run.seed, "steps": run.steps, "nproc": run.nproc, "changed": changed}
 
 
 def their_traceback(exc: BaseException, path: Path) -> str:
@@ -135,6 +145,7 @@ def main(argv=None) -> int:
         emit("error", message=str(exc))
         return 2
     try:
+        emit("config", **settings(grpo, run))
         if run.nproc > 1:  # each rank times its own steps, never waiting for the caller
             drive_ranks(path, run, lambda stats: emit("step", **plain(stats)))
         else:

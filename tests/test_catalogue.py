@@ -3,6 +3,7 @@
 import re
 from collections import Counter
 
+from grpo_katas import ROOT
 from grpo_katas.catalogue import (CODEBASES, COMPONENTS, TIERS, codebase_source, fixed_bugs, kata_source, load_bugs,
                                   load_katas, plant)
 
@@ -71,3 +72,10 @@ def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
     assert fixed_bugs(kata, BUGS, results) == 2
     assert fixed_bugs(kata, BUGS, {c: Verdict(True) for c in every}) == 4
     assert fixed_bugs(kata, BUGS, {}) == 0
+
+
+def test_the_readme_names_each_codebase_as_the_catalogue_describes_it():
+    readme = (ROOT / "README.md").read_text()
+    for c in CODEBASES.values():
+        row = f"| {c.name} | `{c.path.relative_to(ROOT)}` | {c.style} |"
+        assert row in readme, f"the README's codebase table has no row {row!r}"

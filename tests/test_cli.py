@@ -145,11 +145,21 @@ def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
     assert code == 0 and re.search(r"^2 ", out, re.MULTILINE)  # the table has a row for step 2
+    said = next(line for line in out.splitlines() if line.startswith("sum task, seed 0, 2 steps; GRPOConfig: "))
+    assert said.split(": ", 1)[1].startswith("the file's defaults but ") and {
+        "max_new_tokens=6", "num_iterations=2", "beta=0.5"} <= set(said.split()), said  # the practice settings, SET
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
     assert code == 2 and out.startswith("error: cannot run work/01-kl-creep/grpo.py: unknown setting 'betta'")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "max_new_tokens=0")
     assert code == 2 and out.strip() == ("error: --set max_new_tokens must be from 1 to 48 (the lab model holds 64 "
                                          "positions; prompts take up to 16), got 0")
+
+
+def test_run_draws_beside_the_healthy_run_each_metric_the_brief_cites(repo):
+    cli(repo, "kata", "17")  # its brief is about adv_std, which is not one of the curves every run draws
+    code, out = cli(repo, "run", "17", "--steps", "2")
+    curves = out[out.index("curves, first -> last"):]
+    assert code == 0 and [line.split()[0] for line in curves.splitlines()[2::2][:4]] == ["reward", "KL", "grad", "adv"]
 
 
 def test_a_crash_message_with_brackets_is_shown_verbatim(repo):

@@ -1,4 +1,5 @@
 """grpo-katas tooling: the catalogue, the check runner, verification, the practice CLI, grading, the trainer."""
+import sys
 import warnings
 from pathlib import Path
 
@@ -9,6 +10,19 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "grpo.py"
 KATAS = ROOT / "katas"
 CHECKS = ROOT / "checks"
+
+
+def _interrupted(kind, value, tb, default=sys.excepthook):
+    """A Ctrl-C that reaches the top of a command (during its start, while torch imports, before the command's own
+    handler is in place) is an interruption, not a crash: one line, no traceback; Python still ends the process
+    as SIGINT does (exit status 130 in a shell)."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.stderr.write("interrupted\n")
+        return
+    default(kind, value, tb)
+
+
+sys.excepthook = _interrupted
 
 
 class UserError(Exception):

@@ -220,7 +220,8 @@ def save(state: dict) -> None:
         write_json_atomic(state_path(), state)
     except OSError as exc:
         raise UserError(f"cannot save your progress to {shown(state_path())}: {exc.strerror or exc}; "
-                        f"the file is as it was, and your work files are untouched") from None
+                        f"the file is as it was (what this command would have recorded is not), and any backup "
+                        f"it made of your copy is in the kata's backups/ folder") from None
 
 
 # --- cached results (work/cache/), safe to delete ---------------------------------------------------------

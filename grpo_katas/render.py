@@ -193,7 +193,7 @@ def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> t
 
     def say_dropped():
         if seen["dropped"]:
-            where = f" (all in {log})" if log and not run.log_full else ""
+            where = f" (all in {log})" if log and run.log and not run.log_full else ""  # run.log: None unwritable
             step = min(len(history) + 1, steps)
             live.console.print(Text(f"     … {seen['dropped']:,} more lines in step {step}{where}", style="dim"))
         seen["shown"] = seen["dropped"] = 0

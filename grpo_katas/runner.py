@@ -67,6 +67,23 @@ def plain(stats: dict) -> dict:
     return out
 
 
+def refused(grpo, run: RunConfig) -> str | None:
+    """Why the loop file's GRPOConfig refuses the run's --set, where it takes the practice settings without it: a
+    bad value given is the user's input, one line. A GRPOConfig that fails without it is the loop's own crash."""
+    if not run.grpo:
+        return None
+    try:
+        grpo_config(grpo, run)
+        return None
+    except Exception as exc:  # noqa: BLE001 (the loop's own validation: whatever it raises, it says why)
+        try:
+            grpo_config(grpo, dataclasses.replace(run, grpo={}))
+        except Exception:  # noqa: BLE001
+            return None
+        given = " ".join(f"{k}={v!r}" for k, v in run.grpo.items())
+        return f"its GRPOConfig refuses --set {given}: {type(exc).__name__}: {exc}"
+
+
 def settings(grpo, run: RunConfig) -> dict:
     """What the run is, for its header: task, seed, steps, ranks, and each GRPOConfig field the run sets otherwise
     than the loop file's own defaults (the practice settings, then the run's overrides), as text."""
@@ -143,6 +160,10 @@ def main(argv=None) -> int:
         return 2
     except ValueError as exc:
         emit("error", message=str(exc))
+        return 2
+    why = refused(grpo, run)
+    if why:
+        emit("error", message=why)
         return 2
     try:
         emit("config", **settings(grpo, run))

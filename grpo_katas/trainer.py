@@ -408,10 +408,25 @@ def main(argv=None) -> int:
 
             history = trainer.fit(show, stop=lambda: bool(asked) or os.path.exists(os.environ.get(STOP_FILE, "")))
     except KeyboardInterrupt:
-        console.print(f"stopped at once during step {trainer.step + 1}"
-                      + (f"; {trainer.out} keeps its last checkpoint" if trainer.out else ""))
+        console.print(f"stopped at once during step {trainer.step + 1}" + left_behind(trainer.out))
         return 130
     return report(console, trainer, history, time.perf_counter() - start)
+
+
+def left_behind(out: Path | None) -> str:
+    """What a run stopped at once leaves in its folder, said after "stopped at once during step N". A run that
+    wrote neither a checkpoint nor a step's metrics has nothing to keep: its config.json goes, so that the folder
+    (empty when the run started, or the run would not have started) takes the next run."""
+    if out is None:
+        return ""
+    if (out / "checkpoint.pt").is_file():
+        return f"; {out} keeps its last checkpoint: continue with RESUME=1"
+    metrics = out / "metrics.jsonl"
+    if metrics.is_file() and metrics.stat().st_size:
+        return f"; {out} keeps the metrics of the steps before, but no checkpoint yet: give the next run a new OUT"
+    for name in ("config.json", "metrics.jsonl"):
+        (out / name).unlink(missing_ok=True)
+    return f"; no step had finished, so {out} is left empty for the next run"
 
 
 def report(console, trainer: "Trainer", history: list, seconds: float) -> int:

@@ -150,6 +150,9 @@ def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo
         "max_new_tokens=6", "num_iterations=2", "beta=0.5"} <= set(said.split()), said  # the practice settings, SET
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
     assert code == 2 and out.startswith("error: cannot run work/01-kl-creep/grpo.py: unknown setting 'betta'")
+    code, out = cli(repo, "run", "1", "--steps", "2", "--set", "loss_type=xyz")  # the loop's own validation says no
+    assert code == 2 and out.startswith("error: cannot run work/01-kl-creep/grpo.py: its GRPOConfig refuses --set "
+                                        "loss_type='xyz'") and "Traceback" not in out
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "max_new_tokens=0")
     assert code == 2 and out.strip() == ("error: --set max_new_tokens must be from 1 to 48 (the lab model holds 64 "
                                          "positions; prompts take up to 16), got 0")

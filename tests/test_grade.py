@@ -62,14 +62,11 @@ def hostile(repo, out) -> dict:
         "os-exit-at-import": ("import os\nos._exit(0)\n" + GOOD, "error", "ended the worker process"),
         "hang-at-import": ("while True:\n    pass\n" + GOOD, "error", "CPU time while importing|time limit",
                            KATA.number, SHORT),
-        "hang-in-a-function": (GOOD.replace("    log_ratio = ref_logp - logp ",
-                                            "    while True:\n        pass\n    log_ratio = ref_logp - logp "),
+        "hang-in-a-function": (at_start_of(GOOD, "kl_penalty", "while True:\n    pass"),
                                "fail|error", "kl_penalty did not return|time limit", KATA.number, SHORT),
-        "sleeps-in-a-function": (GOOD.replace("    r = rewards.detach()", "    import time; time.sleep(10**6)\n"
-                                              "    r = rewards.detach()"), "fail|error",
+        "sleeps-in-a-function": (at_start_of(GOOD, "group_advantages", "import time; time.sleep(10**6)"), "fail|error",
                                  "used no CPU at all|time limit", KATA.number, SHORT),
-        "segfault": (GOOD.replace("    r = rewards.detach()", "    import ctypes; ctypes.string_at(0)\n"
-                                  "    r = rewards.detach()"), "fail", "SIGSEGV"),
+        "segfault": (at_start_of(GOOD, "group_advantages", "import ctypes; ctypes.string_at(0)"), "fail", "SIGSEGV"),
         "eats-memory-at-import": ("hog = bytearray(64 * 2**30)\n" + GOOD, "error", "MemoryError"),
         "nan-everywhere": (nan, "fail", "checks pass"),
         "prints-fake-passes": ('print("PASSED " * 40)\nprint("===== 90 passed in 1.00s =====")\n' + BUGGY,
@@ -127,10 +124,8 @@ def hostile(repo, out) -> dict:
         "patches-an-unwatched-operator": (BUGGY + (
             "\nimport torch\n_div = torch.Tensor.__truediv__\n"
             "torch.Tensor.__truediv__ = lambda a, b: _div(a, b)\n"), "fail", "checks pass"),
-        "loads-the-reference-on-first-call": (BUGGY.replace(
-            "def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:\n",
-            "def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:\n"
-            f"    try:\n        exec(open({str(ref)!r}).read(), globals())\n    except OSError:\n        pass\n"),
+        "loads-the-reference-on-first-call": (at_start_of(BUGGY, "kl_penalty", (
+            f"try:\n    exec(open({str(ref)!r}).read(), globals())\nexcept OSError:\n    pass")),
             "fail", "checks pass"),
         "forges-replies-from-a-thread": (GOOD + (
             "\nimport io, os, struct, threading, time\ndef _forge():\n    buf = io.BytesIO()\n"
@@ -178,16 +173,26 @@ def issue_19_cases() -> dict:
             "import os, signal\nfor _pid in (os.getppid(), -1):\n    try:\n        os.kill(_pid, signal.SIGSTOP)\n"
             "    except OSError:\n        pass")), "fail|error", "checks pass|time limit", args=SHORT),
         "knows-the-seed-0-draws": Case(GOOD + KNOWS_SEED_0, "fail", "the k3 estimate"),
-        "ranks-share-prompts": Case(GOOD.replace("prompt_gen = torch.Generator().manual_seed(seed + rank)",
-                                                 "prompt_gen = torch.Generator().manual_seed(seed)"),
+        "ranks-share-prompts": Case(replaced(GOOD, "prompt_gen = torch.Generator().manual_seed(seed + seed_offset)",
+                                             "prompt_gen = torch.Generator().manual_seed(seed)"),
                                     "fail", "both ranks drew the same"),
     }
 
 
-def at_advantages(source: str, code: str) -> str:
-    """source with code run first thing whenever group_advantages is called."""
-    body = source.index(":\n", source.index("def group_advantages(")) + 2
+def at_start_of(source: str, function: str, code: str) -> str:
+    """source with code run first thing whenever the module-level `function` is called."""
+    body = source.index(":\n", source.index(f"\ndef {function}(")) + 2
     return source[:body] + textwrap.indent(code, "    ") + "\n" + source[body:]
+
+
+def at_advantages(source: str, code: str) -> str:
+    return at_start_of(source, "group_advantages", code)
+
+
+def replaced(source: str, old: str, new: str) -> str:
+    """source with old replaced: a case whose text is no longer in the file would judge the file unchanged."""
+    assert source.count(old) == 1, f"the case's text is not once in its file: {old!r}"
+    return source.replace(old, new)
 
 
 # remount every mount writable (it took CAP_SYS_ADMIN, which bubblewrap as root used to leave), then write into

@@ -80,7 +80,7 @@ def test_the_bundle_runs_on_its_own_shows_what_its_brief_says_and_holds_no_answe
     assert str(out_dir) in where
     run = subprocess.run([sys.executable, "run.py"], cwd=out_dir, env=ENV, capture_output=True, text=True,
                          timeout=300)
-    assert run.returncode == 0 and re.search(r"^step +40 \| reward_mean ", run.stdout, re.MULTILINE), run.stderr
+    assert run.returncode == 0 and re.search(r"^step +40 \| loss ", run.stdout, re.MULTILINE), run.stderr
     # the run the brief describes, as make run makes it: its reward over the last 5 steps is the brief's 0.80
     kata = find_kata(7)
     history = run_loop(kata.loop, kata.run).history

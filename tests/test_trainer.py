@@ -279,3 +279,20 @@ def test_a_nan_curve_shows_in_the_png(tmp_path, monkeypatch):
         marks = [l for l in ax.lines if l.get_marker() == "x"]
         assert len(marks) == 1 and list(marks[0].get_xdata()) == steps
         assert marks[0].get_color() == ax.lines[0].get_color() and set(marks[0].get_ydata()) == {ax.get_ylim()[1]}
+
+
+def test_a_run_stopped_at_once_says_truly_what_its_folder_keeps(tmp_path):
+    from grpo_katas.trainer import left_behind
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "metrics.jsonl").write_text("")
+    assert "left empty" in left_behind(tmp_path) and not any(tmp_path.iterdir())  # the next run may use it
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    assert "no checkpoint yet" in left_behind(tmp_path) and (tmp_path / "metrics.jsonl").exists()
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    assert "keeps its last checkpoint" in left_behind(tmp_path) and left_behind(None) == ""
+
+
+def test_a_ctrl_c_before_a_command_is_ready_is_one_line_and_sigint():
+    r = subprocess.run([sys.executable, "-c", "import grpo_katas\nraise KeyboardInterrupt"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.stderr == "interrupted\n" and r.returncode == -2  # ended as SIGINT ends it: 130 in a shell

@@ -5,7 +5,7 @@ Group Relative Policy Optimization (DeepSeekMath): sample a group of completions
 group as its own baseline, and take clipped policy-gradient steps with a KL penalty to a frozen reference model.
 Out of the box it is the paper's recipe. The knobs people turn, with the names TRL gives them:
 
-1) loss_type: how the per-token losses become one number (grpo, bnpo, dr_grpo, dapo).
+1) loss_type: how the per-token objective becomes one number (grpo, bnpo, dr_grpo, dapo).
 2) scale_rewards: what the centred rewards are divided by (group, batch, or none as in Dr. GRPO).
 3) clip_eps_high: DAPO's clip-higher.
 4) is_cap: importance sampling for a sampler that is not exactly the policy (TRL's vLLM correction).
@@ -32,13 +32,13 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 # Compute helpers: which rank we are, printing on rank 0 only
 
 def get_dist_info():
-    # (ddp, ddp_rank, ddp_world_size): data parallel as soon as a process group has been initialized
+    # (ddp, ddp_rank, ddp_local_rank, ddp_world_size): data parallel as soon as a process group has been initialized
     if dist.is_available() and dist.is_initialized():
-        return True, dist.get_rank(), dist.get_world_size()
-    return False, 0, 1
+        return True, dist.get_rank(), int(os.environ.get("LOCAL_RANK", 0)), dist.get_world_size()
+    return False, 0, 0, 1
 
 def print0(s="", **kwargs):
-    ddp, ddp_rank, ddp_world_size = get_dist_info()
+    ddp, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
     if ddp_rank == 0:
         print(s, **kwargs)
 
@@ -59,7 +59,7 @@ def compute_init(device_type="cpu"): # cuda|cpu|mps
             torch.cuda.set_device(device)
         dist.init_process_group(backend="nccl" if device_type == "cuda" else "gloo")
         dist.barrier()
-    ddp, ddp_rank, ddp_world_size = get_dist_info()
+    ddp, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
     return ddp, ddp_rank, ddp_local_rank, ddp_world_size, device
 
 def compute_cleanup():
@@ -93,6 +93,11 @@ class GRPOConfig:
         assert self.scale_rewards in ("group", "batch", "none"), f"unknown scale_rewards {self.scale_rewards}"
         assert self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"
 
+    @property
+    def clip_range(self):
+        # (low, high): where the ratio may go before the clip holds it
+        return 1 - self.clip_eps, 1 + (self.clip_eps if self.clip_eps_high is None else self.clip_eps_high)
+
 @dataclass
 class Rollout:
     input_ids: torch.Tensor # (N, P+T) prompt, then the sampled completion
@@ -102,7 +107,7 @@ class Rollout:
     sampler_logp: torch.Tensor | None = None # (N, T) log-probs reported by the sampler
 
 # -----------------------------------------------------------------------------
-# Sampling
+# Sampling: a stream of token columns, and the batch it adds up to
 
 def completion_mask(completion_ids, eos_id):
     # The length of each completion, from where its eos is; all T columns if it never produced one
@@ -112,7 +117,58 @@ def completion_mask(completion_ids, eos_id):
     columns = torch.arange(num_columns, device=completion_ids.device)
     return (columns[None, :] < completion_lengths[:, None]).float() # (N, T)
 
+def sample_next_token(logits, rng, temperature):
+    # Sample a single next token from given logits of shape (B, vocab_size). Returns (B, 1), and the log-prob (B, 1)
+    # of each token under the distribution it was drawn from
+    assert temperature > 0.0, "temperature must be positive"
+    logits = logits.float() / temperature
+    probs = F.softmax(logits, dim=-1) # (B, V)
+    next_ids = torch.multinomial(probs, num_samples=1, generator=rng) # (B, 1)
+    return next_ids, probs.gather(1, next_ids).log()
+
 @torch.no_grad()
+def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
+    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), each (N, 1), where the mask
+    # says whether the token was sampled (1) or forced (0): once a row has completed, pad is forced into it
+
+    # 1) Prefill: one forward pass over the prompts, which also fills the KV cache if the model keeps one
+    kv_cache = model.make_cache() if hasattr(model, "make_cache") else None
+    kv_model_kwargs = {} if kv_cache is None else {"cache": kv_cache}
+    logits = model(input_ids, attention_mask, **kv_model_kwargs)[:, -1, :] # (N, V)
+
+    # 2) Initialize the state of each row: it has completed once it has sampled its eos
+    row_completed = torch.zeros(input_ids.size(0), 1, dtype=torch.bool, device=input_ids.device) # (N, 1)
+
+    # 3) Main generation loop
+    num_generated = 0
+    while True:
+        # Stop condition: we've reached max tokens
+        if num_generated >= cfg.max_new_tokens:
+            break
+        # Stop condition: all rows are completed
+        if row_completed.all():
+            break
+
+        # Sample the next token for each row
+        next_ids, next_logprobs = sample_next_token(logits, rng, cfg.temperature) # (N, 1) each
+
+        # Process each row: a completed row is forced to pad (mask 0), the others take their sample (mask 1)
+        token_column = next_ids.masked_fill(row_completed, pad_id) # (N, 1)
+        token_masks = (~row_completed).to(attention_mask.dtype) # (N, 1)
+        # On eos, mark the row as completed
+        row_completed = row_completed | (token_column == eos_id)
+
+        # Yield the token column
+        yield token_column, token_masks, next_logprobs
+        num_generated += 1
+
+        # Prepare logits for next iteration: the forced pad is not attended to; with a KV cache only the new column
+        # goes through the model
+        input_ids = torch.cat([input_ids, token_column], dim=1)
+        attention_mask = torch.cat([attention_mask, token_masks], dim=1)
+        new_ids = input_ids if kv_cache is None else token_column
+        logits = model(new_ids, attention_mask, **kv_model_kwargs)[:, -1, :] # (N, V)
+
 def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=None):
     # Replicate every prompt group_size times, (B, P) -> (B, G, P) -> (N, P), so its samples are rows in a run
     num_prompts, prompt_length = prompt_ids.shape
@@ -120,40 +176,22 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
     input_ids = prompt_ids[:, None, :].expand(-1, cfg.group_size, -1).reshape(num_rows, prompt_length)
     attention_mask = prompt_mask[:, None, :].expand(-1, cfg.group_size, -1).reshape(num_rows, prompt_length)
 
-    # 1) Prefill: one forward pass over the prompts, which also fills the KV cache if the model keeps one
-    kv_cache = policy.make_cache() if hasattr(policy, "make_cache") else None
-    model_kwargs = {} if kv_cache is None else {"cache": kv_cache}
-    logits = policy(input_ids, attention_mask, **model_kwargs)[:, -1, :] # (N, V)
+    # Stream the samples and collect their columns: the tokens, the masks, the log-probs they were drawn with
+    token_columns, mask_columns, logprob_columns = [], [], []
+    for token_column, token_masks, token_logprobs in generate_stream(policy, input_ids, attention_mask, cfg, eos_id, pad_id, generator):
+        token_columns.append(token_column)
+        mask_columns.append(token_masks)
+        logprob_columns.append(token_logprobs)
+    completion_ids = torch.cat(token_columns, dim=1) # (N, T)
+    masks = torch.cat(mask_columns, dim=1) # (N, T)
 
-    # 2) Main generation loop, one column of tokens at a time
-    row_completed = torch.zeros(num_rows, dtype=torch.bool, device=input_ids.device)
-    sampled_logprobs = [] # one (N,) per column
-    while True:
-        # Sample the next token of every row
-        logprobs = F.log_softmax(logits.float() / cfg.temperature, dim=-1) # (N, V)
-        next_ids = torch.multinomial(logprobs.exp(), num_samples=1, generator=generator) # (N, 1)
-        # Remember the log-prob of each sampled token (0 for the rows that had already completed)
-        next_logprobs = logprobs.gather(1, next_ids).squeeze(1) # (N,)
-        sampled_logprobs.append(next_logprobs.masked_fill(row_completed, 0.0))
-        # Rows that have completed only receive pad from here on, and nothing attends to it
-        next_ids = next_ids.masked_fill(row_completed[:, None], pad_id)
-        input_ids = torch.cat([input_ids, next_ids], dim=1)
-        attention_mask = torch.cat([attention_mask, (~row_completed[:, None]).to(attention_mask.dtype)], dim=1)
-        # A row is completed once an eos appears in it
-        row_completed = (input_ids[:, prompt_length:] == eos_id).any(dim=1)
-        # Stop condition: we've reached max tokens
-        if len(sampled_logprobs) >= cfg.max_new_tokens:
-            break
-        # Stop condition: all rows are completed
-        if row_completed.all():
-            break
-        # Prepare logits for the next iteration: with a KV cache only the new column goes through the model
-        new_ids = input_ids if kv_cache is None else next_ids
-        logits = policy(new_ids, attention_mask, **model_kwargs)[:, -1, :] # (N, V)
-
-    completion_ids = input_ids[:, prompt_length:] # (N, T)
-    return Rollout(input_ids, attention_mask, completion_mask(completion_ids, eos_id), prompt_length,
-                   torch.stack(sampled_logprobs, dim=1))
+    # The forced pad was never drawn, so it has no log-prob (0), and nothing attends to it
+    sampler_logp = torch.cat(logprob_columns, dim=1) * masks # (N, T)
+    return Rollout(input_ids=torch.cat([input_ids, completion_ids], dim=1),
+                   attention_mask=torch.cat([attention_mask, masks], dim=1),
+                   completion_mask=completion_mask(completion_ids, eos_id),
+                   prompt_len=prompt_length,
+                   sampler_logp=sampler_logp)
 
 # -----------------------------------------------------------------------------
 # The pieces of the objective
@@ -161,137 +199,168 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
 @torch.no_grad()
 def group_advantages(rewards, group_size, eps, scale="group"):
     assert rewards.numel() % group_size == 0, "the rewards must come in whole groups"
-    # One row per prompt holding the rewards of its samples, (B, G): a copy, as it is changed in place below
-    advantages = rewards.float().view(-1, group_size).clone()
-    batch_std = advantages.std() # the spread of the rewards over the whole batch, for scale="batch"
-    # The baseline is the mean reward
-    advantages -= advantages.mean()
-    # Then divide by the spread of the rewards
+    # Calculate the advantages by subtracting the mean reward
+    mu = rewards.mean(dim=-1, keepdim=True)
+    advantages = rewards - mu
+    # Then divide by the spread of the rewards, as scale says
     if scale == "group":
-        advantages /= advantages.std() + eps
+        advantages.div_(rewards.std(dim=-1, keepdim=True) + eps)
     elif scale == "batch":
-        advantages /= batch_std + eps
+        advantages.div_(rewards.std() + eps)
     return advantages.view(-1) # (N,)
 
-def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
+def get_inputs_targets(ids, mask_ids):
+    # Generate autoregressive inputs and targets to the Transformer
+    inputs = ids[:, :-1]
+    targets = ids[:, 1:].clone() # clone to avoid in-place modification:
+    targets[mask_ids[:, 1:] == 0] = -1 # <-- inplace modification right here. -1 is the ignore index
+    return inputs, targets
+
+def get_logp(model, inputs, targets, attention_mask, temperature):
+    # The log-prob of every target at the sampling temperature; an ignored target (-1) gets 0
     assert temperature > 0.0, "temperature must be positive"
-    # Autoregressive inputs and targets
-    logits = model(input_ids, attention_mask)[:, :-1, :] # (N, P+T-1, V)
-    targets = input_ids[:, 1:] # (N, P+T-1)
-    # Keep the completion columns only
-    logits = logits[:, prompt_len - 1:, :].float() / temperature # (N, T, V)
-    targets = targets[:, prompt_len - 1:] # (N, T)
+    logits = model(inputs, attention_mask).float() / temperature # (B, L, V)
     # Note that cross_entropy calculates NLL = -logp, so we negate
-    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none")
-    return -nll.view_as(targets) # (N, T)
+    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction="none")
+    return -nll.view_as(targets) # (B, L)
+
+def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
+    # Every column is a target here; the ones past the prompt are the completion's
+    inputs, targets = get_inputs_targets(input_ids, torch.ones_like(input_ids))
+    logp = get_logp(model, inputs, targets, attention_mask[:, :-1], temperature) # (N, P+T-1)
+    return logp[:, prompt_len - 1:] # (N, T)
 
 def kl_penalty(logp, ref_logp):
     # Schulman's "k3" approximation of the KL divergence from the reference model, per sampled token
     log_ratio = ref_logp - logp
     return torch.expm1(log_ratio) - log_ratio
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None):
-    # The valid tokens are those of the completions; what sits under the mask is set to 0 first
-    valid = completion_mask.bool() # (N, T)
-    logp, old_logp, ref_logp = (torch.where(valid, x, 0.0) for x in (logp, old_logp, ref_logp))
-    # PPO's clipped objective
-    ratio = torch.exp(logp - old_logp) # (N, T)
-    ratio_min, ratio_max = 1 - cfg.clip_eps, 1 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
-    clipped_ratio = ratio.clamp(ratio_min, ratio_max)
+def ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp=None):
+    # The objective of every token, (B, L): PPO's clipped surrogate less the KL penalty. An ignored token comes in with
+    # log-probs of 0, so its ratio is 1 and its KL 0
+    ratio = torch.exp(logp - old_logp) # (B, L)
     advantages = advantages.unsqueeze(-1)
-    pg_obj = torch.minimum(ratio * advantages, clipped_ratio * advantages) # (N, T)
+    # PPO's clip, on the side each sample's advantage pushes its ratio: up to ratio_max for a good sample, down to
+    # ratio_min for a bad one, and no further
+    ratio_min, ratio_max = cfg.clip_range
+    pg_obj = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) * advantages # (B, L)
     # Truncated importance sampling, for a sampler that is not exactly pi_old (another engine, another precision)
     if cfg.is_cap is not None and sampler_logp is not None:
-        log_weight = torch.where(valid, old_logp - sampler_logp, 0.0)
-        pg_obj = pg_obj * log_weight.exp().clamp(max=cfg.is_cap).detach()
+        pg_obj = pg_obj * (old_logp - sampler_logp).exp().clamp(max=cfg.is_cap)
     # The KL penalty, against the reference model
-    kl = kl_penalty(logp, ref_logp)
-    obj = pg_obj - cfg.beta * kl # (N, T)
-    # Normalize, as loss_type says
+    return pg_obj - cfg.beta * kl_penalty(logp, ref_logp)
+
+def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
+    # One pass's share of the batch's objective, as loss_type says: the batch has num_samples samples holding num_tokens
+    # valid tokens, and goes through the model in num_passes passes
     if cfg.loss_type == "grpo": # DeepSeekMath: each sample's mean over its own tokens, then the mean over samples
-        obj = ((obj * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)).mean()
-    else: # the token sum over one number: the tokens of this call (bnpo), a constant (dr_grpo), num_tokens (dapo)
-        if cfg.loss_type == "bnpo":
-            num_valid = valid.sum().clamp(min=1)
-        elif cfg.loss_type == "dr_grpo":
-            num_valid = valid.size(0) * cfg.max_new_tokens
-        else:
-            num_valid = valid.sum().clamp(min=1) if num_tokens is None else num_tokens
-        obj = (obj * valid).sum() / num_valid
+        return ((pg_obj * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)).sum() / num_samples
+    pg_obj = (pg_obj * valid).sum()
+    if cfg.loss_type == "bnpo": # the mean over the valid tokens of each pass, averaged over the passes
+        return pg_obj / (valid.sum().clamp(min=1) * num_passes)
+    if cfg.loss_type == "dr_grpo": # Dr. GRPO: a constant, as if every sample were max_new_tokens long
+        return pg_obj / (num_samples * cfg.max_new_tokens)
+    return pg_obj / num_tokens # dapo: the mean over the valid tokens of the whole batch
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None):
+    # The loss of one pass over a whole batch. The positions under the mask are ignored targets: their log-probs are 0
+    valid = completion_mask > 0 # (N, T)
+    logp, old_logp, ref_logp = logp.masked_fill(~valid, 0.0), old_logp.masked_fill(~valid, 0.0), ref_logp.masked_fill(~valid, 0.0)
+    if sampler_logp is not None:
+        sampler_logp = sampler_logp.masked_fill(~valid, 0.0)
+    pg_obj = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
+    num_tokens = valid.sum().clamp(min=1) if num_tokens is None else num_tokens
     # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
-    return -obj
+    return -normalize(pg_obj, valid, cfg, valid.size(0), 1, num_tokens)
 
 # -----------------------------------------------------------------------------
 # One update on one batch of rollouts
 
-def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
-    # The batch: N rows, each a prompt followed by one of its samples
-    input_ids_all, attention_mask_all = rollout.input_ids, rollout.attention_mask # (N, P+T)
-    completion_mask_all = rollout.completion_mask # (N, T)
-    sampler_logprobs_all = rollout.sampler_logp if cfg.is_cap is not None else None # (N, T)
-    num_rows = input_ids_all.size(0)
-
-    # The rows go through the model in grad_accum_steps passes; as torch.tensor_split cuts them, the first
-    # num_rows % num_passes passes get one row more
-    num_passes = min(cfg.grad_accum_steps, num_rows)
-    rows_per_pass, extra_rows = divmod(num_rows, num_passes)
-    bounds = [pass_idx * rows_per_pass + min(pass_idx, extra_rows) for pass_idx in range(num_passes + 1)]
-    passes = list(zip(bounds[:-1], bounds[1:])) # (b0, b1) of each pass
-
-    # Log probabilities of the samples before the update (pi_old) and under the frozen reference model
-    with torch.no_grad():
-        old_logprobs_all = torch.cat([token_logprobs(policy, input_ids_all[b0:b1], attention_mask_all[b0:b1], rollout.prompt_len, cfg.temperature) for b0, b1 in passes])
-        ref_logprobs_all = torch.cat([token_logprobs(ref_policy, input_ids_all[b0:b1], attention_mask_all[b0:b1], rollout.prompt_len, cfg.temperature) for b0, b1 in passes])
+def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
+    # The rows are trained on their sampled tokens only: not the prompt, not the pad forced after the eos
+    mask_ids = F.pad(rollout.completion_mask, (rollout.prompt_len, 0)) # (N, P+T)
+    inputs_all, targets_all = get_inputs_targets(rollout.input_ids, mask_ids) # (N, P+T-1) each
+    attention_mask_all = rollout.attention_mask[:, :-1] # (N, P+T-1)
+    # The sampler's log-probs line up with the targets, and are 0 where those are ignored, as the model's will be
+    sampler_logp_all = None
+    if cfg.is_cap is not None and rollout.sampler_logp is not None:
+        sampler_logp_all = F.pad(rollout.sampler_logp, (rollout.prompt_len - 1, 0)).masked_fill(targets_all < 0, 0.0)
+    num_rows = inputs_all.size(0)
 
     # Calculate the advantages: each sample's reward against the other samples of its prompt
     advantages_all = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards) # (N,)
 
-    # dapo divides every pass by the valid tokens of the whole batch, counted over all ranks; as DDP averages the
-    # ranks' gradients, each rank divides by its share of that count
-    ddp, ddp_rank, ddp_world_size = get_dist_info()
-    num_valid_all = completion_mask_all.sum()
-    if ddp:
-        dist.all_reduce(num_valid_all)
-    num_tokens = num_valid_all.clamp(min=1) / ddp_world_size
+    # dapo takes its token mean over the whole batch, on all ranks; DDP averages the ranks' gradients, so each rank
+    # divides by its share of the count
+    ddp, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
+    num_valid = (targets_all >= 0).sum() # the valid tokens of this rank
+    if ddp: # aggregate across ranks
+        dist.all_reduce(num_valid, op=dist.ReduceOp.SUM)
+    num_tokens = num_valid.clamp(min=1) / ddp_world_size
 
-    stats = {}
+    # The rows go through the model in grad_accum_steps passes, the first num_rows % num_passes of them one row longer
+    num_passes = cfg.grad_accum_steps
+    pass_rows = [num_rows // num_passes + (pass_idx < num_rows % num_passes) for pass_idx in range(num_passes)]
+
+    # The log-probs of pi_old, which the first iteration records, and of the reference model
+    old_logp_all = torch.zeros_like(targets_all, dtype=torch.float) # (N, P+T-1)
+    ref_logp_all = torch.zeros_like(old_logp_all)
+
+    # For logging: the valid tokens of this rank, and one number per iteration
+    num_completion_tokens = (targets_all >= 0).sum().clamp(min=1).item()
+    losses, kls, ratio_devs, clip_fracs, grad_norms = [], [], [], [], []
     for iteration in range(cfg.num_iterations):
-        policy.zero_grad(set_to_none=True)
-        loss_sum, kl_sum, clipped_sum, max_ratio_dev = 0.0, 0.0, 0.0, 0.0 # for logging
-        for b0, b1 in passes:
-            # Calculate the log probabilities of this pass's rows, with grad this time
-            logprobs = token_logprobs(policy, input_ids_all[b0:b1], attention_mask_all[b0:b1], rollout.prompt_len, cfg.temperature)
-            loss = grpo_loss(logprobs, old_logprobs_all[b0:b1], ref_logprobs_all[b0:b1], advantages_all[b0:b1], completion_mask_all[b0:b1], cfg,
-                             num_tokens=num_tokens, sampler_logp=None if sampler_logprobs_all is None else sampler_logprobs_all[b0:b1])
-            # The passes add up to the loss of the whole batch: a grpo or dr_grpo pass averages over its own rows,
-            # so it counts by its share of them; bnpo averages the passes, as TRL does; dapo is divided already
-            if cfg.loss_type in ("grpo", "dr_grpo"):
-                loss = loss * (b1 - b0) / num_rows
-            elif cfg.loss_type == "bnpo":
-                loss = loss / cfg.grad_accum_steps
+        model.zero_grad(set_to_none=True)
+        loss_sum, kl_sum, clipped_count, ratio_dev = 0.0, 0.0, 0, 0.0
+        b1 = 0
+        for pass_idx in range(num_passes):
+            # Pluck out the batch for this pass (a batch with fewer rows than passes leaves the last passes empty)
+            b0, b1 = b1, b1 + pass_rows[pass_idx]
+            if b0 == b1:
+                continue
+            inputs = inputs_all[b0:b1]
+            targets = targets_all[b0:b1]
+            attention_mask = attention_mask_all[b0:b1]
+            advantages = advantages_all[b0:b1]
+            # Calculate log probabilities
+            logp = get_logp(model, inputs, targets, attention_mask, cfg.temperature) # (B, L)
+            if iteration == 0:
+                # We are on policy in the first iteration: these are the log-probs of pi_old, which the later iterations
+                # take their ratio against. The reference model scores the same tokens, once
+                old_logp_all[b0:b1] = logp.detach()
+                with torch.no_grad():
+                    ref_logp_all[b0:b1] = get_logp(ref_model, inputs, targets, attention_mask, cfg.temperature)
+            old_logp, ref_logp = old_logp_all[b0:b1], ref_logp_all[b0:b1]
+            # Calculate the PG objective of every token. Note that ignore_index=-1 gives the invalid tokens log-probs of 0,
+            # so they have a ratio of 1 and a KL of 0: normalize counts the valid ones only
+            pg_obj = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, None if sampler_logp_all is None else sampler_logp_all[b0:b1])
+            # normalize by the samples, the valid tokens and the passes of the batch, as loss_type says
+            pg_obj = normalize(pg_obj, targets >= 0, cfg, num_rows, num_passes, num_tokens)
+            # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
+            loss = -pg_obj
             loss.backward()
-            # For logging: the KL, how far the ratio is from 1, and how many tokens the clip stopped
+            # For logging: the KL, how far the ratio is from 1, and the tokens whose push the clip held back (the clamp
+            # moved their ratio against their advantage). An ignored token has a ratio of 1 and a KL of 0
             with torch.no_grad():
-                valid = completion_mask_all[b0:b1].bool()
-                advantages = advantages_all[b0:b1].unsqueeze(-1)
-                ratio = torch.where(valid, logprobs - old_logprobs_all[b0:b1], 0.0).exp()
-                kl = torch.where(valid, kl_penalty(logprobs, ref_logprobs_all[b0:b1]), 0.0)
-                ratio_max = 1 + (cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high)
-                clipped = ((ratio < 1 - cfg.clip_eps) & (advantages < 0)) | ((ratio > ratio_max) & (advantages > 0))
+                ratio = (logp - old_logp).exp()
+                clipped = (ratio.clamp(*cfg.clip_range) - ratio) * advantages.unsqueeze(-1) < 0
                 loss_sum += loss.item()
-                kl_sum += kl.sum().item()
-                clipped_sum += (clipped & valid).sum().item()
-                max_ratio_dev = max(max_ratio_dev, (ratio - 1).abs().max().item())
-        grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+                kl_sum += kl_penalty(logp, ref_logp).sum().item()
+                clipped_count += clipped.sum().item()
+                ratio_dev = max(ratio_dev, (ratio - 1).abs().max().item())
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        # Update the model parameters
         optimizer.step()
-        # loss, KL and ratio as the first iteration saw them; the clip and the gradient as the last one did
-        num_completion_tokens = completion_mask_all.sum().clamp(min=1).item()
-        if iteration == 0:
-            stats.update(loss=loss_sum, kl=kl_sum / num_completion_tokens, ratio_dev=max_ratio_dev)
-        stats.update(clip_frac=clipped_sum / num_completion_tokens, grad_norm=grad_norm.item())
-    stats["adv_std"] = advantages_all.std().item()
-    stats["completion_len"] = completion_mask_all.sum(dim=1).float().mean().item()
-    return stats
+        # For logging
+        losses.append(loss_sum)
+        kls.append(kl_sum / num_completion_tokens)
+        ratio_devs.append(ratio_dev)
+        clip_fracs.append(clipped_count / num_completion_tokens)
+        grad_norms.append(grad_norm.item())
+
+    # loss, KL and ratio as the first iteration saw them (before any update); the clip and the gradient as the last did
+    return {"loss": losses[0], "kl": kls[0], "ratio_dev": ratio_devs[0], "clip_frac": clip_fracs[-1], "grad_norm": grad_norms[-1],
+            "adv_std": advantages_all.std().item(), "completion_len": (targets_all >= 0).sum(dim=1).float().mean().item()}
 
 # -----------------------------------------------------------------------------
 # Training loop
@@ -300,7 +369,7 @@ def print_step(stats):
     print0(f"Step {stats['step']} | Average reward: {stats['reward_mean']:.4f} | KL: {stats['kl']:.4f} | loss: {stats['loss']:.6f} | Average sequence length: {stats['completion_len']:.2f} | dt: {stats['dt'] * 1000:.0f}ms", flush=True)
 
 def train(policy, task, cfg, *, steps, batch_size, seed, log=print_step):
-    ddp, ddp_rank, ddp_world_size = get_dist_info()
+    ddp, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
     master_process = ddp_rank == 0 # this process will do the logging
     device = next(policy.parameters()).device
     torch.manual_seed(seed)

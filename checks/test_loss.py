@@ -58,6 +58,10 @@ def test_padding_does_not_enter_the_loss(grpo, seed, draw):
     cfg = grpo.GRPOConfig(beta=0.1)
     logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
     base, base_grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg)
+    assert bool(torch.isfinite(base)) and bool(torch.isfinite(base_grad).all()), (
+        f"loss: on finite log-probs with {int((mask == 0).sum())} of {N * T} positions under a completion mask of 0, "
+        f"the loss is {base:.5f} and its gradient {'is' if torch.isfinite(base_grad).all() else 'is not'} finite; "
+        f"expected both finite")
     # scramble everything under the mask, then append more padded columns
     junk = lambda x: torch.where(mask.bool(), x, -torch.rand(N, T, generator=gen, dtype=torch.float64) * 9)
     pad = lambda x: torch.cat([x, -torch.rand(N, 3, generator=gen, dtype=torch.float64) * 9], 1)

@@ -8,7 +8,7 @@ Two tiers apply the same rules to every codebase and every kata; they differ in 
   full  (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
         and 2, and every symptom at seeds 0-4 on each CPU kernel path (default, avx2, and avx512 where the CPU has it);
   test  (make test): every bug planted alone once, in the codebase rotation() gives it, the checks at seed 0, and
-        every symptom at its kata's own [run] seed on the default kernel path (the one every CPU has).
+        every symptom at its kata's own [run] seed on this machine's own kernel path (the one make run takes).
 The rotation is deterministic: a bug that a one-bug kata plants is proven in that kata's codebase (the planted file
 is the kata's file, judged once); every other bug, in katas/bugs.toml's order, goes to whichever codebase it plants
 in has been given the fewest bugs so far (ties in CODEBASES' order: paper, trainer, script, core), so each codebase
@@ -90,12 +90,12 @@ class Tier:
     seeds: tuple                  # the checks' base seeds
     every_codebase: bool          # each bug alone in every codebase it plants in, or once, where rotation() puts it
     symptom_seeds: tuple | None   # the seeds of the symptom runs; None: each kata's own [run] seed (the brief's)
-    kernels: tuple                # the CPU kernel paths of the symptom runs (ATEN_CPU_CAPABILITY); avx512 where the
-                                  # CPU has it
+    kernels: tuple                # the CPU kernel paths besides this machine's own (ATEN_CPU_CAPABILITY); avx512
+                                  # where the CPU has it
 
 
 TIERS = {"full": Tier("full", SEEDS, True, SYMPTOM_SEEDS, ("default", "avx2", "avx512")),
-         "test": Tier("test", (0,), False, None, ("default",))}  # the path every CPU has; CI runs every path
+         "test": Tier("test", (0,), False, None, ())}  # this machine's own kernel path only; CI runs every path
 
 
 def has_avx512() -> bool:

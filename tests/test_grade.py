@@ -159,17 +159,19 @@ def issue_19_cases() -> dict:
                                       "    history = _train(*args, **kwargs)\n"
                                       "    history[0]['loss'] = 'x' * (100 * 2**20)\n    return history\n",
                                       "fail", "a message of"),
-        "lone-surrogate-in-a-message": Case(at_advantages(BUGGY, "raise ValueError('\\udc80 <b>|</b> \\x00\\x07')"),
-                                            "fail", "ValueError"),
+        "lone-surrogate-in-a-message": Case(
+            at_start_of(BUGGY, "group_advantages", "raise ValueError('\\udc80 <b>|</b> \\x00\\x07')"),
+            "fail", "ValueError"),
         "fills-its-tmp": Case("_f = open('/tmp/fill', 'wb')\nfor _ in range(1536):\n    _f.write(b'x' * 2**20)\n"
                               + BUGGY, "error", "No space left|File too large", args=("--memory-gb", "1")),
-        "floods-its-log": Case(at_advantages(BUGGY, "import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)"),
-                               "fail", "File too large"),
+        "floods-its-log": Case(
+            at_start_of(BUGGY, "group_advantages", "import sys\nwhile True:\n    sys.stdout.write('x' * 2**20)"),
+            "fail", "File too large"),
         "names-a-judge-function": Case(BUGGY + FORGES_A_DTYPE, "fail", "unknown dtype"),
         "stops-the-judge-in-process-mode": Case(
-            at_advantages(BUGGY, "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"), "error",
+            at_start_of(BUGGY, "group_advantages", "import os, signal\nos.kill(os.getppid(), signal.SIGSTOP)"), "error",
             "did not finish within its time limit", args=("--sandbox", "process", "--time-limit", "60")),
-        "stops-what-it-sees-in-the-sandbox": Case(at_advantages(BUGGY, (
+        "stops-what-it-sees-in-the-sandbox": Case(at_start_of(BUGGY, "group_advantages", (
             "import os, signal\nfor _pid in (os.getppid(), -1):\n    try:\n        os.kill(_pid, signal.SIGSTOP)\n"
             "    except OSError:\n        pass")), "fail|error", "checks pass|time limit", args=SHORT),
         "knows-the-seed-0-draws": Case(GOOD + KNOWS_SEED_0, "fail", "the k3 estimate"),
@@ -183,10 +185,6 @@ def at_start_of(source: str, function: str, code: str) -> str:
     """source with code run first thing whenever the module-level `function` is called."""
     body = source.index(":\n", source.index(f"\ndef {function}(")) + 2
     return source[:body] + textwrap.indent(code, "    ") + "\n" + source[body:]
-
-
-def at_advantages(source: str, code: str) -> str:
-    return at_start_of(source, "group_advantages", code)
 
 
 def replaced(source: str, old: str, new: str) -> str:

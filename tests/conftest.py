@@ -3,6 +3,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 
 from grpo_katas import ROOT
 
@@ -14,6 +15,16 @@ def repo(tmp_path):
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tmp_path / f)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models and tensors: one intra-op thread is faster, and steadier on a busy machine, than a thread pool.
+    A module asks for it with `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def pytest_terminal_summary(terminalreporter):

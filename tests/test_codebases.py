@@ -29,13 +29,7 @@ STAT_KEYS = ["loss", "kl", "clip_frac", "grad_norm", "adv_std", "completion_len"
 V, EOS, PAD = 12, 1, 0
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and steadier on a busy machine, than a thread pool."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gen(seed: int) -> torch.Generator:

@@ -35,13 +35,7 @@ from tests.test_codebases import trl_loss  # noqa: E402
 GRPO = load_target(REFERENCE)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one intra-op thread is faster, and steadier on a busy machine, than a thread pool."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

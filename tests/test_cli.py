@@ -165,21 +165,24 @@ def test_run_draws_beside_the_healthy_run_each_metric_the_brief_cites(repo):
     assert code == 0 and [line.split()[0] for line in curves.splitlines()[2::2][:4]] == ["reward", "KL", "grad", "adv"]
 
 
-def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
+def raising_in_train(repo, statement: str) -> None:
+    """Kata 2's working copy, started, with `statement` run first thing in its train()."""
     cli(repo, "kata", "2")
-    loop = copy_of(repo, 2)
-    loop.write_text(loop.read_text().replace('    """Reference = frozen deepcopy',
-                                             '    raise ValueError("bad [/shape] in [grpo_x]")\n    """Reference = frozen deepcopy'))
+    loop, start = copy_of(repo, 2), '    """Reference = frozen deepcopy'
+    assert loop.read_text().count(start) == 1, "kata 2's train() no longer starts with its docstring"
+    loop.write_text(loop.read_text().replace(start, f"    {statement}\n{start}"))
+
+
+def test_a_crash_message_with_brackets_is_shown_verbatim(repo):
+    raising_in_train(repo, 'raise ValueError("bad [/shape] in [grpo_x]")')
     code, out = cli(repo, "run", "2", "--steps", "1")
     assert code == 1 and "bad [/shape] in [grpo_x]" in out
 
 
 @pytest.mark.timeout(120)
 def test_a_crash_whose_event_is_longer_than_a_printed_line_ends_the_run(repo):
-    cli(repo, "kata", "2")  # the crash event, traceback and all, is one line of JSON; a cut one would never be answered
-    loop = copy_of(repo, 2)
-    loop.write_text(loop.read_text().replace('    """Reference = frozen deepcopy',
-                                             '    raise ValueError("long " + "x" * 5000)\n    """Reference = frozen deepcopy'))
+    # the crash event, traceback and all, is one line of JSON; a cut one would never be answered
+    raising_in_train(repo, 'raise ValueError("long " + "x" * 5000)')
     code, out = cli(repo, "run", "2", "--steps", "1")
     assert code == 1 and "ValueError: long" in out
 

@@ -91,15 +91,24 @@ def contract_on_device(device, small) -> bool:
     return ok
 
 
+def warm_up(t: Trainer, device) -> None:
+    """One step for the allocator and the kernels; on CUDA, the peak memory is counted from here on."""
+    t.train_step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_memory(device) -> str:
+    return f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if device.type == "cuda" else "n/a on CPU"
+
+
 def throughput(device, small) -> None:
     layers, width, heads, B, steps = (8, 512, 8, 64, 12) if not small else (1, 32, 2, 4, 3)
     t = Trainer(RunConfig(device=str(device), model=ModelConfig(d_model=width, n_layer=layers, n_head=heads),
                           batch_size=B, steps=steps, grpo={"group_size": 16 if not small else 4}))
     n_params = sum(p.numel() for p in t.policy.parameters())
-    t.train_step()  # warm-up: allocator, kernels
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    warm_up(t, device)
     flops, tokens, seconds = 0.0, 0, 0.0
     for _ in range(steps):
         s = t.train_step()
@@ -112,7 +121,7 @@ def throughput(device, small) -> None:
         seconds += s["seconds"]
     peak = peak_flops(device)
     mfu = f"{flops / seconds / peak:.2%} of {peak / 1e12:.0f} TFLOP/s bf16" if peak else "n/a (unknown peak)"
-    memory = f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if device.type == "cuda" else "n/a on CPU"
+    memory = peak_memory(device)
     print(f"model {layers}x{width} ({n_params / 1e6:.1f} M parameters), B={B}, G={t.cfg.group_size}, "
           f"{'bf16 autocast' if device.type == 'cuda' else 'float32'} on {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
     print(f"sampled tokens/s: {tokens / seconds:,.0f} | step: {seconds / steps * 1000:.0f} ms | "
@@ -164,13 +173,10 @@ def train_real_model(device, name: str, small: bool, scratch: str) -> bool:
     except ValueError as exc:  # ConfigError: cannot load, no transformers
         return check("real model", False, str(exc))
     n_params = sum(p.numel() for p in t.policy.parameters())
-    t.train_step()  # warm-up: allocator, kernels
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
+    warm_up(t, device)
     history = [t.train_step() for _ in range(steps)]
     tokens, seconds = sum(s["tokens"] for s in history), sum(s["seconds"] for s in history)
-    memory = f"{torch.cuda.max_memory_allocated() / 2**30:.2f} GiB" if device.type == "cuda" else "n/a on CPU"
+    memory = peak_memory(device)
     rewards = [s["reward_mean"] for s in history]
     print(f"model {what}: {n_params:,} parameters, task {run.task}, B={B}, G={G}, {new_tokens} new tokens, "
           f"micro-batches of {B * G // grpo['grad_accum_steps']} rows, gradient checkpointing "

@@ -288,13 +288,18 @@ def start(state: dict, kata) -> bool:
     if resumed and not path.is_file():
         raise not_a_file(kata, path)
     if not resumed:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(kata.loop, path)
-        except OSError as exc:
-            raise cannot_write(path.parent, exc) from None
+        restore(kata, path)
     record_of(state, kata).setdefault("started", now())
     return resumed
+
+
+def restore(kata, path: Path) -> None:
+    """The pristine kata at `path`, the working copy's place."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(kata.loop, path)
+    except OSError as exc:
+        raise cannot_write(path.parent, exc) from None
 
 
 def reset(state: dict, kata) -> Path | None:
@@ -311,10 +316,9 @@ def reset(state: dict, kata) -> Path | None:
                 shutil.copy2(path, backup)
             else:
                 path.rename(backup)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(kata.loop, path)
     except OSError as exc:
         raise cannot_write(path.parent, exc) from None
+    restore(kata, path)
     old = state["katas"].pop(kata.key, None)
     history = (old or {}).pop("history", []) + ([old] if old else [])
     state["katas"][kata.key] = {"hints": 0, "started": now(), "history": history}

@@ -117,35 +117,35 @@ def a_kata(tmp_path, seed_kl: dict, symptom: dict, bugs=("kl-k1", "update-clip-a
     return kata
 
 
+@pytest.fixture
+def clip_bug_probed(monkeypatch):
+    """A made-up probe of the first hint that names update-clip-after-step, the bug of a_kata's that SYMPTOM does
+    not name, so that the kata's every bug is reachable."""
+    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
+                                                                "why": "made up"}])
+
+
 SYMPTOM = {"metric": "kl", "window": "last", "relation": "above", "factor": 2.0, "bugs": ["kl-k1"]}
 
 
-def test_a_symptom_that_holds_at_four_of_five_seeds_passes(tmp_path, monkeypatch):
-    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
-                                                                "why": "made up"}])
+def test_a_symptom_that_holds_at_four_of_five_seeds_passes(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 3.0, 1: 3.0, 2: 1.5, 3: 3.0, 4: 3.0}, SYMPTOM)
     assert check([kata], seeds=range(5), folder=tmp_path) == []
 
 
-def test_a_symptom_that_holds_at_three_of_five_seeds_fails(tmp_path, monkeypatch):
-    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
-                                                                "why": "made up"}])
+def test_a_symptom_that_holds_at_three_of_five_seeds_fails(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 3.0, 1: 1.0, 2: 1.5, 3: 3.0, 4: 3.0}, SYMPTOM)
     found = check([kata], seeds=range(5), folder=tmp_path)
     assert len(found) == 1 and "holds at 3 of 5 seeds, fewer than 4" in found[0] and "seed 1: kl (last) 1" in found[0]
 
 
-def test_a_symptom_must_hold_at_the_briefs_own_seed(tmp_path, monkeypatch):
-    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
-                                                                "why": "made up"}])
+def test_a_symptom_must_hold_at_the_briefs_own_seed(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 1.0, 1: 3.0, 2: 3.0, 3: 3.0, 4: 3.0}, SYMPTOM)
     found = check([kata], seeds=range(5), folder=tmp_path)
     assert len(found) == 1 and "does not show at the brief's seed 0" in found[0]
 
 
-def test_the_numbers_a_brief_prints_are_checked_at_its_seed(tmp_path, monkeypatch):
-    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
-                                                                "why": "made up"}])
+def test_the_numbers_a_brief_prints_are_checked_at_its_seed(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "says": "about 2.0", "says_against": "1.0"})
     found = check([kata], seeds=[0], folder=tmp_path)
     assert len(found) == 1 and "the brief says 'about 2.0'" in found[0] and "shows 3" in found[0]
@@ -158,9 +158,7 @@ def test_every_bug_is_shown_by_a_symptom_or_named_by_a_probe_of_the_first_hint(t
                      f"where to see it"]
 
 
-def test_a_symptom_that_stays_when_its_bug_is_healed_is_not_that_bugs(tmp_path, monkeypatch):
-    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
-                                                                "why": "made up"}])
+def test_a_symptom_that_stays_when_its_bug_is_healed_is_not_that_bugs(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "bugs": ["kl-k1", "update-clip-after-step"]})
     wanted, _ = plan([kata], [0], [symptoms.kernel()], symptoms.kernel(), tmp_path)
     healed_of_clip = symptoms.healed_loop(kata, "update-clip-after-step", symptoms.load_bugs(), tmp_path)
@@ -169,9 +167,7 @@ def test_a_symptom_that_stays_when_its_bug_is_healed_is_not_that_bugs(tmp_path, 
     assert len(found) == 1 and "still shows with update-clip-after-step fixed" in found[0]
 
 
-def test_a_probe_run_must_be_named_by_the_first_hint(tmp_path, monkeypatch):
-    monkeypatch.setattr(symptoms, "load_probes", lambda kata: [{"bugs": ["update-clip-after-step"], "look": "Rerun",
-                                                                "why": "made up"}])
+def test_a_probe_run_must_be_named_by_the_first_hint(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "probe": {"set": {"temperature": 0.7}}})
     found = check([kata], seeds=[0], folder=tmp_path)
     assert found == [f"{kata.name}: symptom above kl is seen on a rerun with temperature=0.7, which neither the "

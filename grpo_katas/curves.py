@@ -62,9 +62,9 @@ def shared_range(*runs: list) -> tuple:
 
 
 def plot_png(runs: dict, path: Path, title: str = "", curves=CURVES) -> bool:
-    """One panel per curve in `curves` (key, label, digits), one line per run ({label: history}); False when matplotlib is missing. A
-    value that is not finite is an × on the panel's top edge, in its run's colour, so that a run gone NaN still
-    shows (a line through NaN draws nothing); so does a run of one step (a dot)."""
+    """One panel per curve in `curves` (key, label, digits), one line per run ({label: history}); False when
+    matplotlib is missing. A value that is not finite is an × on the panel's top edge, in its run's colour, so
+    that a run gone NaN still shows (a line through NaN draws nothing); so does a run of one step (a dot)."""
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -9,9 +9,11 @@ caller to show. The runner's events go to file descriptor N (a pipe of the calle
 to stdout when none is given. With --ack-fd M the runner waits after each event until the caller answers on M,
 which it does once it has read everything printed before the event: so the caller can tell which step each line
 was printed in, though the two travel apart (the wait is not counted in the step's seconds). Events:
-{"event": "step", ...stats} (with the seconds the step took), {"event": "done",
-"steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the settings are wrong; with
-"setting" and "problem" when RunConfig refused one) and {"event": "crash", "type", "message", "where", "code",
+{"event": "config", "task", "seed", "steps", "nproc", "changed"} first (what the run is; changed: each GRPOConfig
+field set otherwise than the file's defaults, as text), {"event": "step", ...stats} (with the seconds the step
+took), {"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the
+settings are wrong, its own GRPOConfig's refusal of a --set included; with "setting" and "problem" when RunConfig
+refused one) and {"event": "crash", "type", "message", "where", "code",
 "traceback"} (the loop's own code raised; the traceback starts at the first frame in the loop's file).
 """
 import argparse

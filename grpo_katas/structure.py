@@ -54,8 +54,20 @@ def _root(node):
     return node.id if isinstance(node, ast.Name) else None
 
 
-def _function_nodes(tree) -> list:
-    return [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+def _call_name(call: ast.Call):
+    return call.func.attr if isinstance(call.func, ast.Attribute) else getattr(call.func, "id", None)
+
+
+@functools.lru_cache(maxsize=8)  # a planting's source is read by both rules in turn
+def _shape(source: str) -> tuple:
+    """([(function node, its lines)], {called name: [calls]}): one parse and one walk of the source."""
+    lines, functions, calls = source.splitlines(), [], {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.append((node, "\n".join(lines[node.lineno - 1:node.end_lineno])))
+        elif isinstance(node, ast.Call):
+            calls.setdefault(_call_name(node), []).append(node)
+    return functions, calls
 
 
 @functools.lru_cache(maxsize=8)  # a codebase's own shape, compared with each of its plantings
@@ -63,7 +75,16 @@ def state_updates(source: str) -> dict:
     """{'function:name': (stores, updated)} for every local name a function reads: how often it is stored, and
     whether it is ever updated (stored again, augmented, assigned into, or changed by an in-place method)."""
     out = {}
-    for fn in _function_nodes(ast.parse(source)):
+    for fn, text in _shape(source)[0]:
+        out.update(_function_updates(fn.name, text, fn))
+    return out
+
+
+_UPDATES = {}  # (function name, its lines) -> its state_updates: a planting changes one or two functions of a file
+
+
+def _function_updates(name: str, text: str, fn) -> dict:
+    if (name, text) not in _UPDATES:
         stores, updated, loads = {}, set(), set()
         for node in _own_nodes(fn):
             if isinstance(node, ast.Name):
@@ -78,9 +99,8 @@ def state_updates(source: str) -> dict:
             elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
                 if INPLACE.match(node.func.attr) or node.func.attr in MUTATORS:
                     updated.add(_root(node.func.value))
-        for name in loads & set(stores):
-            out[f"{fn.name}:{name}"] = (stores[name], stores[name] > 1 or name in updated)
-    return out
+        _UPDATES[name, text] = {f"{name}:{n}": (stores[n], stores[n] > 1 or n in updated) for n in loads & set(stores)}
+    return _UPDATES[name, text]
 
 
 def never_updated(healthy: str, planted: str) -> list:
@@ -92,14 +112,9 @@ def never_updated(healthy: str, planted: str) -> list:
 @functools.lru_cache(maxsize=8)
 def unpassed_keywords(source: str) -> frozenset:
     """'function:param' for every parameter with a default that no call in the source passes."""
-    tree = ast.parse(source)
-    calls = {}
-    for c in ast.walk(tree):
-        if isinstance(c, ast.Call):
-            name = c.func.attr if isinstance(c.func, ast.Attribute) else getattr(c.func, "id", None)
-            calls.setdefault(name, []).append(c)
+    functions, calls = _shape(source)
     out = set()
-    for fn in _function_nodes(tree):
+    for fn, _ in functions:
         a = fn.args
         positional = a.posonlyargs + a.args
         with_default = positional[len(positional) - len(a.defaults):] if a.defaults else []

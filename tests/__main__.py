@@ -1,6 +1,9 @@
 """`make test`: the repository's tests but the slow ones, the checks on the reference, and the proof's test tier.
 
-    python -m tests [PYTEST ARGS]       # extra arguments go to the pytest run of tests/
+    python -m tests [PYTEST ARGS]       # extra arguments go to each pytest run of tests/
+
+The tests run in two shards side by side (pytest tests --shard=0/2 and --shard=1/2, tests/conftest.py): the first
+one's report comes as it runs, the second's after it.
 
 The proof's test tier (python -m grpo_katas.verify --tier test) judges every codebase and every kata, and every bug
 planted alone once, in a codebase that a stated rotation gives it, at one seed, and checks every symptom at its
@@ -13,6 +16,7 @@ three that failed, or 0.
 CI (.ci/run) runs this, then the slow tests (`@pytest.mark.slow`: pytest -m slow tests) and the whole proof, fresh
 (make verify FRESH=1: every bug in every codebase, three seeds, every symptom at five seeds and each kernel path).
 """
+import contextlib
 import os
 import resource
 import subprocess
@@ -25,17 +29,44 @@ ROOT = Path(__file__).resolve().parent.parent
 PROOF = [sys.executable, "-m", "grpo_katas.verify", "--tier", "test"]
 
 
+SHARDS = 2  # the tests wait on the processes they start much of the time: two side by side keep the cores busy
+
+
 def steps(argv: list) -> list:
-    """(what, command) of the parts that run in turn while the proof runs beside them."""
-    return [("the tests", [sys.executable, "-m", "pytest", "-q", "--durations=12", "-m", "not slow", "tests",
-                           *argv]),
-            ("the checks on the reference", [sys.executable, "-m", "pytest", "-q", "checks"])]
+    """(what, [command, ...]) of the parts that run in turn while the proof runs beside them; a part's commands
+    run side by side (the tests, in SHARDS shards)."""
+    return [("the tests", [[sys.executable, "-m", "pytest", "-q", "--durations=6", "-m", "not slow", "tests",
+                            f"--shard={i}/{SHARDS}", *argv] for i in range(SHARDS)]),
+            ("the checks on the reference", [[sys.executable, "-m", "pytest", "-q", "checks"]])]
 
 
 def children_cpu() -> float:
     """CPU-seconds of the children reaped so far: the proof is reaped last, so a part's is the change across it."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
+
+
+def side_by_side(cmds: list, cwd) -> int:
+    """Run the commands at once: the first one's output as it comes, each other's after it, whole. The exit status
+    is the first command's that failed, or 0."""
+    print(f"\n$ {' '.join(cmds[0][1:])}" + "".join(f"\n  and beside it: {' '.join(c[1:])}" for c in cmds[1:]),
+          flush=True)
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in cmds[1:]]
+        procs = [subprocess.Popen(cmds[0], cwd=cwd)]
+        procs += [subprocess.Popen(c, cwd=cwd, stdout=log, stderr=subprocess.STDOUT) for c, log in zip(cmds[1:], logs)]
+        try:
+            codes = [p.wait() for p in procs]
+        finally:
+            for p in procs:  # an interruption: none is left running
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait()
+        for c, log in zip(cmds[1:], logs):
+            print(f"\n$ {' '.join(c[1:])}", flush=True)
+            log.seek(0)
+            sys.stdout.write(log.read())
+    return next((code for code in codes if code), 0)
 
 
 def run(parts: list, proof: list, cwd=ROOT) -> int:
@@ -49,10 +80,9 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
         try:
             print(f"the proof's test tier ({' '.join(proof[1:])}) runs beside the tests; its report comes last",
                   flush=True)
-            for what, cmd in parts:
-                print(f"\n$ {' '.join(cmd[1:])}", flush=True)
+            for what, cmds in parts:
                 t, c = time.monotonic(), children_cpu()
-                done.append((what, subprocess.call(cmd, cwd=cwd), time.monotonic() - t, children_cpu() - c))
+                done.append((what, side_by_side(cmds, cwd), time.monotonic() - t, children_cpu() - c))
             if beside.poll() is None:
                 print("\nwaiting for the proof ...", flush=True)
             code = beside.wait()

@@ -1,4 +1,5 @@
 """Fixtures for the repository's own tests (the checks' plugin is the top-level conftest.py)."""
+import re
 import shutil
 import subprocess
 
@@ -25,6 +26,28 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--shard", metavar="I/K", default=None,
+                     help="run every K-th test only, starting from the I-th (0 <= I < K): make test runs K side by side")
+
+
+@pytest.hookimpl(trylast=True)  # after -m and -k have deselected theirs: the shards split what is left
+def pytest_collection_modifyitems(config, items):
+    if config.getoption("--shard"):
+        mine = shard(items, config.getoption("--shard"))
+        kept = set(map(id, mine))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = mine
+
+
+def shard(items: list, spec: str) -> list:
+    """The I-th of K shards of the items (spec "I/K"): every K-th one, from the I-th."""
+    m = re.fullmatch(r"(\d+)/(\d+)", spec)
+    if not m or int(m[1]) >= int(m[2]):
+        raise pytest.UsageError(f"--shard takes I/K with 0 <= I < K, such as 0/2; got {spec!r}")
+    return items[int(m[1])::int(m[2])]
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -11,6 +11,7 @@ import pytest
 
 from grpo_katas import ROOT
 from tests.__main__ import run
+from tests.conftest import shard
 
 
 def py(code: str) -> list:
@@ -24,8 +25,8 @@ PROOF = py("import os, time; time.sleep(0.5); print('proof', 'report', 'niceness
                                              ((5, 4, 3), 5)])
 def test_the_first_failure_is_the_exit_status(tmp_path, capfd, codes, expected):
     tests, checks, proof = codes
-    parts = [("the tests", py(f"print('tests', 'ran'); raise SystemExit({tests})")),
-             ("the checks on the reference", py(f"print('checks', 'ran'); raise SystemExit({checks})"))]
+    parts = [("the tests", [py(f"print('tests', 'ran'); raise SystemExit({tests})")]),
+             ("the checks on the reference", [py(f"print('checks', 'ran'); raise SystemExit({checks})")])]
     assert run(parts, PROOF[:-1] + [PROOF[-1] + f"; raise SystemExit({proof})"], cwd=tmp_path) == expected
     out = capfd.readouterr().out
     assert out.index("tests ran") < out.index("checks ran") < out.index("proof report")
@@ -34,8 +35,29 @@ def test_the_first_failure_is_the_exit_status(tmp_path, capfd, codes, expected):
     assert ("passed" if expected == 0 else f"exit {expected}") in summary and summary.endswith("CPU-s in all")
 
 
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("codes, expected", [((0, 0), 0), ((0, 2), 2), ((1, 2), 1)])
+def test_shards_run_side_by_side_and_report_in_order(tmp_path, capfd, codes, expected):
+    # the first shard waits for the second's file: run in turn, it would wait forever (the timeout below)
+    first = py(f"import os, time; exec('while not os.path.exists(\\'second\\'): time.sleep(0.01)'); "
+               f"print('first', 'shard'); raise SystemExit({codes[0]})")
+    second = py(f"open('second', 'w'); print('second', 'shard'); raise SystemExit({codes[1]})")
+    assert run([("the tests", [first, second])], py("pass"), cwd=tmp_path) == expected
+    out = capfd.readouterr().out
+    assert out.index("first shard") < out.index("second shard")
+
+
+def test_the_shards_split_the_tests_between_them():
+    items = list(range(10))
+    shards = [shard(items, f"{i}/3") for i in range(3)]
+    assert sorted(sum(shards, [])) == items and shards[0] == [0, 3, 6, 9]
+    for spec in ("3/3", "x/2", "1", "-1/2"):
+        with pytest.raises(pytest.UsageError, match="--shard takes I/K with 0 <= I < K"):
+            shard(items, spec)
+
+
 def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):
-    parts = [("the tests", py("import time; time.sleep(0.2)"))]
+    parts = [("the tests", [py("import time; time.sleep(0.2)")])]
     assert run(parts, PROOF, cwd=tmp_path) == 0
     out = capfd.readouterr().out
     assert "waiting for the proof" in out  # the proof (0.5 s) was still running when the tests (0.2 s) ended

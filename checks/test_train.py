@@ -126,23 +126,32 @@ def test_two_ranks_train_as_one(ranks):
 def replay(policy, cfg, final, records):
     """Each step of the 2-rank run against the oracle's AdamW step on both ranks' rollouts at once, from the
     parameters the run had before that step."""
-    ref = copy.deepcopy(policy)
-    model = copy.deepcopy(policy).double()
     state = {}
     for k in range(RANK_STEPS):
         before = records[0][k]["params"]
         after = records[0][k + 1]["params"] if k + 1 < RANK_STEPS else final.state_dict()
-        model.load_state_dict({n: t.double() for n, t in before.items()})
         batch = Rollout(*(torch.cat([r[k][f] for r in records]) for f in ("input_ids", "attention_mask",
                                                                           "completion_mask")),
                         records[0][k]["prompt_len"])
         rewards = torch.cat([r[k]["rewards"] for r in records])
-        oracle.grpo_step(model, ref.double(), cfg.lr, batch, rewards, cfg, adamw=state)
+        # most targets' runs share their first steps (the same prompts and completions from the same weights),
+        # and many the whole run: each step is worked out once
+        stepped, state = memo(oracle_adamw_step, policy, before, cfg, batch, rewards, state)
         got = torch.cat([(after[n] - before[n]).double().reshape(-1) for n in before])
-        want = torch.cat([(p.detach() - before[n].double()).reshape(-1) for n, p in model.named_parameters()])
+        want = torch.cat([(p - before[n].double()).reshape(-1) for n, p in stepped.items()])
         err = float((got - want).norm() / want.norm().clamp(min=1e-12))
         assert close(err, 0.0, atol=0.05), (
             f"training: step {k + 1} on 2 data-parallel ranks moved the parameters by {got.norm():.4g}; AdamW on "
             f"both ranks' rollouts and rewards together moves them by {want.norm():.4g}; the two moves differ by a "
             f"vector {err:.0%} as long as AdamW's "
             f"(cosine {float(torch.dot(got, want) / (got.norm() * want.norm()).clamp(min=1e-12)):+.3f})")
+
+
+def oracle_adamw_step(policy, before, cfg, batch, rewards, state) -> tuple:
+    """The oracle's AdamW step from the parameters `before`, against `policy` as the frozen reference, with the
+    AdamW state `state` (left as it was): (the parameters after the step, the AdamW state after it)."""
+    model = copy.deepcopy(policy).double()
+    model.load_state_dict({n: t.double() for n, t in before.items()})
+    state = dict(state)
+    oracle.grpo_step(model, copy.deepcopy(policy).double(), cfg.lr, batch, rewards, cfg, adamw=state)
+    return {n: p.detach() for n, p in model.named_parameters()}, state

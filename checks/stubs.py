@@ -4,6 +4,7 @@ import hashlib
 
 import torch
 
+from checks import oracle
 from grpo_katas.judge.client import Optimizer
 from grpo_katas.judge.standins import StandIn
 from lab import ModelConfig, TinyLM
@@ -99,6 +100,18 @@ def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, **kwargs):
     assert grad is None or grad.shape == logp.shape, (
         f"loss: the gradient of the loss has shape {tuple(grad.shape)}, the log-probs {tuple(logp.shape)}")
     return loss.detach().double(), (torch.zeros_like(logp) if grad is None else grad.double())
+
+
+def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, **kwargs):
+    """The oracle's loss and its gradient with respect to logp."""
+    return memo(_oracle_loss_and_grad, logp, old, ref, adv, mask, cfg, kwargs)
+
+
+def _oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, kwargs):
+    logp = logp.clone().requires_grad_()
+    loss = oracle.grpo_loss(logp, old, ref, adv, mask, cfg, **kwargs)
+    (grad,) = torch.autograd.grad(loss, logp)
+    return loss.detach(), grad
 
 
 def rounded(x: torch.Tensor, digits: int = 3) -> list:

@@ -14,8 +14,8 @@ def compare(grpo, gen, temperature, min_prompt, max_prompt):
     model = tiny_lm(gen, V)
     N, T = randint(gen, 2, 5), randint(gen, 2, 5)
     ids, att, comp_mask, P = random_batch(gen, N, V, T, min_prompt=min_prompt, max_prompt=max_prompt)
-    got = grpo.token_logprobs(model, ids, att, P, temperature)
     expected = memo(oracle.token_logprobs, model, ids, att, P, temperature)
+    got = grpo.token_logprobs(model, ids, att, P, temperature)
     assert tuple(got.shape) == (N, T), f"log-probs: shape {tuple(got.shape)}, expected (N, T) = {(N, T)}"
     assert got.dtype == torch.float32, f"log-probs: token_logprobs returned dtype {got.dtype}; expected float32"
     keep = comp_mask.bool()

@@ -2,22 +2,10 @@
 import pytest
 import torch
 
-from checks import oracle
 from checks.compare import at_least, close, worst
-from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, memo, randint, rng, rounded
+from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, oracle_loss_and_grad, randint, rng, rounded
 
 pytestmark = pytest.mark.component("loss")
-
-
-def oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, **kwargs):
-    return memo(_oracle_loss_and_grad, logp, old, ref, adv, mask, cfg, kwargs)
-
-
-def _oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, kwargs):
-    logp = logp.clone().requires_grad_()
-    loss = oracle.grpo_loss(logp, old, ref, adv, mask, cfg, **kwargs)
-    (grad,) = torch.autograd.grad(loss, logp)
-    return loss.detach(), grad
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -27,8 +15,8 @@ def test_loss_matches_the_objective(grpo, seed, draw):
     T = N + randint(gen, 1, 2)  # N != T; the N == T case has its own check
     cfg = grpo.GRPOConfig(clip_eps=[0.2, 0.1, 0.3][draw], beta=[0.04, 0.0, 0.3][draw])
     inputs = draw_loss_inputs(gen, N, T)
-    loss, _ = loss_and_grad(grpo, *inputs, cfg)
     expected, _ = oracle_loss_and_grad(*inputs, cfg)
+    loss, _ = loss_and_grad(grpo, *inputs, cfg)
     assert close(loss, expected, atol=1e-5, rtol=1e-4), (
         f"loss: {loss:.5f} where the GRPO objective (mean over rows of each row's masked token mean of "
         f"-min(r*A, clip(r)*A) + beta*kl) is {expected:.5f} (clip_eps {cfg.clip_eps}, beta {cfg.beta})")
@@ -41,8 +29,8 @@ def test_loss_gradient_matches_the_objective(grpo, seed, draw):
     T = N + randint(gen, 1, 2)  # N != T; the N == T case has its own check
     cfg = grpo.GRPOConfig(clip_eps=0.2, beta=[0.0, 0.04, 0.2][draw])
     inputs = draw_loss_inputs(gen, N, T)
-    _, grad = loss_and_grad(grpo, *inputs, cfg)
     _, expected = oracle_loss_and_grad(*inputs, cfg)
+    _, grad = loss_and_grad(grpo, *inputs, cfg)
     if not close(grad, expected, atol=1e-6, rtol=1e-4):
         n, t = divmod(worst(grad, expected), T)
         pytest.fail(f"loss: d loss / d logp at row {n}, token {t} is {grad[n, t]:.5f}, expected {expected[n, t]:.5f} "
@@ -154,8 +142,8 @@ def test_loss_types_normalize_as_configured(grpo, seed, draw):
     cfg = grpo.GRPOConfig(loss_type=loss_type, beta=0.04, max_new_tokens=T + 3)  # wider than this batch
     inputs = draw_loss_inputs(gen, N, T)
     kwargs = {"num_tokens": float(inputs[4].sum() + 5)} if loss_type == "dapo" else {}
-    loss, grad = loss_and_grad(grpo, *inputs, cfg, **kwargs)
     expected, expected_grad = oracle_loss_and_grad(*inputs, cfg, **kwargs)
+    loss, grad = loss_and_grad(grpo, *inputs, cfg, **kwargs)
     assert close(loss, expected, atol=1e-6, rtol=1e-4), (
         f"loss: with loss_type {loss_type!r}" + (f" and num_tokens {kwargs['num_tokens']:.0f}" if kwargs else "")
         + f" ({int(inputs[4].sum())} completion tokens in {N} rows, max_new_tokens {cfg.max_new_tokens}) the loss "
@@ -175,8 +163,8 @@ def test_clip_higher_bounds_only_the_upper_side(grpo, seed, draw):
     old = -torch.rand(4, 1, generator=gen, dtype=torch.float64) - 0.5
     logp = old + torch.tensor(ratios, dtype=torch.float64)[:, None].log()
     adv = torch.tensor(advs, dtype=torch.float64)
-    _, grad = loss_and_grad(grpo, logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
     _, expected = oracle_loss_and_grad(logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
+    _, grad = loss_and_grad(grpo, logp, old, old, adv, torch.ones(4, 1, dtype=torch.float64), cfg)
     for i in range(4):
         if not close(grad[i, 0], expected[i, 0], atol=1e-6):
             pytest.fail(f"loss: with clip_eps {eps} and clip_eps_high {eps_high}, a token at ratio {ratios[i]:.3f} "
@@ -193,8 +181,8 @@ def test_importance_weight_is_capped_and_detached(grpo, seed, draw):
     cfg = grpo.GRPOConfig(is_cap=cap, beta=0.04)
     logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
     sampler = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.8   # weights on both sides of cap
-    loss, grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
     expected, expected_grad = oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
+    loss, grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
     weights = torch.exp(old - sampler).clamp(max=cap)
     assert close(loss, expected, atol=1e-6, rtol=1e-4), (
         f"loss: with is_cap {cap} and sampler log-probs that put the weights pi_old / pi_sampler between "

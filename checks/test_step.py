@@ -233,6 +233,7 @@ def test_two_ranks_step_as_one(grpo, seed, draw):
     tokens = [int(rollout.completion_mask[:half].sum()), int(rollout.completion_mask[half:].sum())]
     for loss_type in [("grpo", "bnpo"), ("dapo",), ("dr_grpo",)][draw]:
         cfg = grpo.GRPOConfig(group_size=G, loss_type=loss_type, beta=0.04, max_grad_norm=1e6)
+        expected = memo(oracle_ranks_step, policy, ref, 0.5, rollout, rewards, cfg)
         copies = [copy.deepcopy(policy) for _ in range(2)]
         shares = [slice(0, half), slice(half, None)]
         grpo.distributed("grpo_step", [((m, copy.deepcopy(ref), sgd(m, 0.5), shard(rollout, rows), rewards[rows], cfg),
@@ -243,7 +244,6 @@ def test_two_ranks_step_as_one(grpo, seed, draw):
         assert close(apart, 0.0, atol=1e-6), (
             f"update: after one grpo_step on 2 data-parallel ranks (policy in DistributedDataParallel, "
             f"loss_type {loss_type!r}) the two ranks' steps differ by {apart:.1%}; expected the same step")
-        expected = memo(oracle_ranks_step, policy, ref, 0.5, rollout, rewards, cfg)
         err = relative_error(steps[0], expected)
         assert close(err, 0.0, atol=2e-3), (
             f"update: with loss_type {loss_type!r}, one grpo_step on 2 data-parallel ranks holding "

@@ -12,6 +12,7 @@ line naming the file and line (exit status 4). The targets, seeds and sandbox go
 that raises, hangs (its CPU budget, or no CPU at all for a while) or kills the worker fails its check with a
 message saying so; later calls of a function that hung fail at once.
 """
+import inspect
 import time
 from pathlib import Path
 
@@ -119,14 +120,35 @@ def pytest_generate_tests(metafunc):
                              scope="session")
 
 
-def pytest_collection_modifyitems(session, config, items):
-    if WORKER not in config.stash or not any("grpo" in getattr(i, "fixturenames", ()) for i in items):
+def pytest_collection_finish(session):
+    """While the worker starts (importing torch takes it seconds), rehearse the checks to be run, so that the
+    oracle's answers are ready when they are; then wait for the worker and its targets."""
+    config = session.config
+    if WORKER not in config.stash or not any("grpo" in getattr(i, "fixturenames", ()) for i in session.items):
         return
     w = config.stash[WORKER]
+    if w.proc is None:
+        w.start()  # a plain-process worker: now that this run's checks are in memory
+    if not config.option.collectonly and not w.out_of_time():
+        from checks.stubs import rehearse
+        rehearse(rehearsals(session.items))
     w.ready()
     if w.load_errors and len(w.load_errors) == len(w.targets):
         key, message = next(iter(w.load_errors.items()))
         pytest.exit(f"cannot load the target {w.targets[key]}: {message}", returncode=4)
+
+
+def rehearsals(items) -> list:
+    """(check function, its arguments but `grpo`) for each distinct check and draw among the items; checks that
+    take fixtures other than their parameters are left out."""
+    out = {}
+    for item in items:
+        params = getattr(item, "callspec", None) and item.callspec.params
+        names = inspect.signature(item.function).parameters
+        if params and "grpo" in params and all(n in params for n in names):
+            kwargs = {n: params[n] for n in names if n != "grpo"}
+            out.setdefault((item.function, tuple(kwargs.items())), (item.function, kwargs))
+    return list(out.values())
 
 
 def pytest_runtest_setup(item):

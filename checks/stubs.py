@@ -5,6 +5,7 @@ import hashlib
 import torch
 
 from checks import oracle
+from grpo_katas.judge import contract
 from grpo_katas.judge.client import Optimizer
 from grpo_katas.judge.standins import StandIn
 from lab import ModelConfig, TinyLM
@@ -131,6 +132,37 @@ def memo(fn, *args):
     if key not in _memo:
         _memo[key] = fn(*args)
     return _memo[key]
+
+
+class Unanswered(BaseException):
+    """Raised by a Rehearsal's contract calls (a BaseException, so that no check's own handler can catch it)."""
+
+
+class Rehearsal:
+    """A target that answers nothing, for rehearsing the checks before any target runs: a check run against it
+    draws its inputs and works out the oracle's answers it needs before its first contract call, then stops."""
+    GRPOConfig = staticmethod(contract.Config)
+    Rollout = contract.Rollout
+
+    def __getattr__(self, name):  # every contract function, value_and_grad, distributed
+        raise Unanswered(name)
+
+
+def rehearse(calls) -> None:
+    """Run each check function with the Rehearsal as its target, (function, {argument: value}) without `grpo`,
+    so that the oracle's answers are in the memo before the worker is ready (judge.client.Worker.ready). The
+    global RNG is as it was afterwards, so the real run draws exactly what it would have drawn without this."""
+    state = torch.get_rng_state()
+    try:
+        for fn, kwargs in calls:
+            try:
+                fn(grpo=Rehearsal(), **kwargs)
+            except KeyboardInterrupt:
+                raise
+            except BaseException:  # Unanswered at its first contract call, or whatever the check made of that
+                continue
+    finally:
+        torch.set_rng_state(state)
 
 
 def digest(value) -> bytes:

@@ -37,13 +37,16 @@ def make(repo, *args, timeout=300):
     return r.returncode, out
 
 
+def default_sigint() -> None:
+    """A child's Ctrl-C as a terminal's foreground job has it. A run of the tests started with SIGINT ignored (a
+    background job, nohup) would pass that on, and Python then never raises KeyboardInterrupt."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def interruptible(args, repo, module="grpo_katas.cli"):
-    """The CLI started as a user starts it in a terminal, for a test that presses Ctrl-C (SIGINT) on it. A run of the
-    tests started with SIGINT ignored (a background job, nohup) would pass that on, and Python then never raises
-    KeyboardInterrupt: the child is given the default disposition, as a terminal's foreground job has."""
+    """The CLI started as a user starts it in a terminal, for a test that presses Ctrl-C (SIGINT) on it."""
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=repo, env=ENV, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
 
 
 def copy_of(repo, n=1):
@@ -68,7 +71,8 @@ def on_a_terminal(repo, args, until=None, module="grpo_katas.cli"):
     Ctrl-C once that text shows. Returns (exit status, all it wrote)."""
     master, slave = pty.openpty()
     proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=repo, env=ENV,
-                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                            preexec_fn=default_sigint)
     os.close(slave)
     seen = b""
     while select.select([master], [], [], 120)[0]:

@@ -502,6 +502,7 @@ def test_one_switch_in_every_make_target():
         assert r.returncode == 0 and flag in r.stdout, (target, r.stdout + r.stderr)
 
 
+@pytest.mark.slow
 def test_make_run_runs_a_kata_on_the_adapter(repo, folder):
     """`make run N=9 MODEL=<tiny folder>`: the kata's own loop, unchanged, on the Llama, with its table, beside a
     healthy run on the same model; a model that cannot load is one line, not the loop's crash."""

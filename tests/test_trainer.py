@@ -199,6 +199,7 @@ TINY = ["--batch-size", "4", "--d-model", "16", "--n-layer", "1", "--n-head", "2
         "--set", "group_size=4"]
 
 
+@pytest.mark.slow
 def test_a_run_in_out_is_never_overwritten_and_resume_continues_it_as_it_was_set_up(tmp_path):
     out = tmp_path / "run with spaces"
     assert trainer("--steps", "2", "--out", str(out), *TINY)[0] == 0

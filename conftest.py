@@ -12,6 +12,7 @@ line naming the file and line (exit status 4). The targets, seeds and sandbox go
 that raises, hangs (its CPU budget, or no CPU at all for a while) or kills the worker fails its check with a
 message saying so; later calls of a function that hung fail at once.
 """
+import gc
 import inspect
 import time
 from pathlib import Path
@@ -58,6 +59,9 @@ def pytest_configure(config):
         # The judge's own tensors are tiny: one thread, so that it never spins against the worker for a core
         import torch
         torch.set_num_threads(1)
+        # torch is some 175,000 objects that live as long as this process: set aside from the cyclic collector, a
+        # collection looks only at what the checks made (a check run of the reference: 5.3 s to 4.9 s)
+        gc.freeze()
 
 
 def runs_checks(config) -> bool:

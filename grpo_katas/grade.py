@@ -73,6 +73,10 @@ def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, s
             os.killpg(proc.pid, signal.SIGKILL)  # the worker goes with it (it dies with its parent)
             proc.wait()
             run, problem = no_run(), f"the grading did not finish within its time limit ({time_limit:g} s)"
+        except BaseException:  # Ctrl-C: the judge, in a session of its own, never saw it; it goes too
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise
     name = lambda text: text.replace(str(copy), str(submission))
     run.load_errors = {k: name(m) for k, m in run.load_errors.items()}
     run.events = [name(e) for e in run.events]

@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -390,6 +391,37 @@ def test_a_conftest_beside_the_submission_is_ignored(repo, tmp_path):
     code, res, _ = grade(repo, BUGGY, tmp_path / "out",
                          extra_files={"conftest.py": cheat, "pytest.ini": "[pytest]\naddopts = -p no:x\n"})
     assert code == 1 and res["resolved"] == "RESOLVED_NO"
+
+
+def test_ctrl_c_stops_the_judge_with_the_grading(tmp_path):
+    """The judge runs in a session of its own, so that a submission cannot signal the grader; Ctrl-C on the grader
+    must still end it, and at once, not when its time limit runs out."""
+    from tests.cli_helpers import ENV, default_sigint
+    hangs, tmp = tmp_path / "grpo.py", tmp_path / "tmp"
+    hangs.write_text("import time\ntime.sleep(3600)\n")
+    tmp.mkdir()
+
+    def judges():  # processes whose command line names the grading's own temporary folder
+        found = []
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                found += [pid] if str(tmp).encode() in Path(f"/proc/{pid}/cmdline").read_bytes() else []
+            except OSError:
+                pass
+        return found
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.grade", str(KATA.number), str(hangs),
+                             str(tmp_path / "out"), "--sandbox", MODE], cwd=ROOT, env={**ENV, "TMPDIR": str(tmp)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
+    deadline = time.monotonic() + 60
+    while len(judges()) < 2 and time.monotonic() < deadline:  # the judge, and the worker it waits for
+        time.sleep(0.1)
+    assert len(judges()) >= 2, "the judge never started its worker"
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=30) in (130, -signal.SIGINT) and "interrupted" in proc.stdout.read()
+    deadline = time.monotonic() + 5
+    while judges() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not judges(), "the judge outlived the grading"
 
 
 def test_a_missing_submission_is_an_error_with_results(tmp_path):

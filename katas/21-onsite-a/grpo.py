@@ -1,10 +1,13 @@
 """
-Core algorithms of PPO-style GRPO and the stages of one training step, over a batch of rollouts.
+Core algorithms of PPO-style GRPO over a batch of rollouts, the worker that runs each stage of a step, and the
+trainer that drives them.
 
 The batch is a DataProto: `batch` holds tensors with one row per response, `non_tensor_batch` the prompt uid of
-each response, `meta_info` what is the same for every row. One step runs the stages in order:
+each response, `meta_info` what is the same for every row. PPOTrainer.fit runs, for each batch of prompts from
+its dataloader, the stages in order:
 
-    rollout -> old log-prob -> ref log-prob -> token-level scores -> advantage -> actor update
+    generate_sequences -> reward -> compute_log_prob (old) -> compute_ref_log_prob -> compute_advantage
+    -> update_actor
 
 The score of a response sits on its last valid token (token_level_scores, (bs, response_length)); advantages
 are grouped by prompt uid and broadcast over the response tokens. The actor update splits the batch into
@@ -99,6 +102,13 @@ class DataProto:
             pieces.append(DataProto({key: tensor[s] for key, tensor in self.batch.items()},
                                     {key: val[s] for key, val in self.non_tensor_batch.items()}, self.meta_info))
         return pieces
+
+    def union(self, other: "DataProto") -> "DataProto":
+        """Add other's tensors, non-tensors and meta_info, of the same rows, to this batch."""
+        self.batch.update(other.batch)
+        self.non_tensor_batch.update(other.non_tensor_batch)
+        self.meta_info.update(other.meta_info)
+        return self
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -497,14 +507,16 @@ def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batc
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *, num_tokens=None,
               sampler_logp=None) -> torch.Tensor:
     response_mask = completion_mask.bool()
-    log_prob, old_log_prob, ref_log_prob = (torch.where(response_mask, x, 0.0) for x in (logp, old_logp, ref_logp))
+    log_prob = logp.masked_fill(~response_mask, 0.0)
     data = {
         "response_mask": response_mask,
+        "old_log_probs": old_logp.masked_fill(~response_mask, 0.0),
+        "ref_log_prob": ref_logp.masked_fill(~response_mask, 0.0),
         "advantages": advantages.unsqueeze(-1) * response_mask,  # (bs, response_length)
-        "ref_log_prob": ref_log_prob,
         "rollout_log_probs": sampler_logp,
     }
-    policy_loss, _ = ppo_loss(cfg, log_prob, old_log_prob, data, global_batch_info(cfg, response_mask, num_tokens))
+    batch_info = global_batch_info(cfg, response_mask, num_tokens)
+    policy_loss, _ = ppo_loss(cfg, log_prob, data["old_log_probs"], data, batch_info)
     return policy_loss
 
 
@@ -576,7 +588,200 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# one step
+# workers
+
+
+def reduce_metrics(metrics: dict) -> dict:
+    """One value per actor metric from update_policy's lists (an entry per optimizer step): the loss, the KL and
+    the ratio's deviation from the first, taken before any step moved the policy off pi_old; the clip fraction and
+    the grad norm from the last."""
+    first, last = ("actor/loss", "actor/kl", "actor/ppo_ratio_dev"), ("actor/pg_clipfrac", "actor/grad_norm")
+    return {**{key: metrics[key][0] for key in first}, **{key: metrics[key][-1] for key in last}}
+
+
+def compute_data_metrics(batch: DataProto) -> dict:
+    response_length = batch.batch["response_mask"].sum(-1).float()
+    return {
+        "critic/advantages/std": batch.batch["advantages"][:, 0].std().item(),  # every response holds its first token
+        "response_length/mean": torch.mean(response_length).item(),
+    }
+
+
+class HFRollout:
+    """Samples from the actor's own weights, with a generator of its own."""
+
+    def __init__(self, module, config: GRPOConfig, generator: torch.Generator):
+        self.module = module
+        self.config = config
+        self.generator = generator
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        output = generate_sequences(self.module, prompts, self.config, eos_token_id=prompts.meta_info["eos_token_id"],
+                                    pad_token_id=prompts.meta_info["pad_token_id"], generator=self.generator)
+        output.meta_info = prompts.meta_info
+        return output
+
+
+class ActorRolloutRefWorker:
+    """The actor, its rollout and the reference policy of one data-parallel rank. Each method is a stage of the
+    dataflow: it takes the batch and returns what the stage adds to it."""
+
+    def __init__(self, config: GRPOConfig, actor_module, actor_optimizer, ref_module, rollout=None):
+        self.config = config
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        self.ref_module = ref_module
+        self.rollout = rollout
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        return self.rollout.generate_sequences(prompts)
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        old_log_probs = compute_log_prob(self.actor_module, data, self.config)
+        return DataProto({"old_log_probs": old_log_probs}, meta_info={"temperature": self.config.temperature})
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        return DataProto({"ref_log_prob": compute_log_prob(self.ref_module, data, self.config)})
+
+    def update_actor(self, data: DataProto) -> DataProto:
+        metrics = update_policy(self.actor_module, self.actor_optimizer, data, self.config)
+        return DataProto({}, meta_info={"metrics": metrics})
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# trainer
+
+
+METRIC_NAMES = {  # what a step reports -> the metric it reads
+    "reward_mean": "critic/score/mean",
+    "reward_max": "critic/score/max",
+    "loss": "actor/loss",
+    "kl": "actor/kl",
+    "ratio_dev": "actor/ppo_ratio_dev",
+    "clip_frac": "actor/pg_clipfrac",
+    "grad_norm": "actor/grad_norm",
+    "adv_std": "critic/advantages/std",
+    "completion_len": "response_length/mean",
+}
+
+
+def print_metrics(data: dict) -> None:
+    shown = ("reward_mean", "reward_max", "loss", "kl", "clip_frac", "grad_norm", "completion_len")
+    print(f"step:{data['step']} - " + " - ".join(f"{METRIC_NAMES[key]}:{data[key]:.3f}" for key in shown), flush=True)
+
+
+class Tracking:
+    """Keeps each step's metrics under the names a step reports, and hands them to log."""
+
+    def __init__(self, log):
+        self.history = []
+        self.log_fn = log
+
+    def log(self, data: dict, step: int) -> None:
+        self.history.append({"step": step, **{key: data[name] for key, name in METRIC_NAMES.items()}})
+        self.log_fn(self.history[-1])
+
+
+class PromptDataLoader:
+    """Batches of prompts drawn from the task by a seeded generator, one per training step."""
+
+    def __init__(self, task, batch_size: int, total_steps: int, generator: torch.Generator):
+        self.task = task
+        self.batch_size = batch_size
+        self.total_steps = total_steps
+        self.generator = generator
+
+    def __len__(self) -> int:
+        return self.total_steps
+
+    def __iter__(self):
+        for _ in range(self.total_steps):
+            input_ids, attention_mask = self.task.sample_prompts(self.batch_size, self.generator)
+            yield {"input_ids": input_ids, "attention_mask": attention_mask}
+
+
+class PPOTrainer:
+    """The driver: it draws the prompts, has the worker run each stage of a step and computes the advantages itself.
+    Under torch.distributed each rank runs one, on prompts of its own."""
+
+    def __init__(self, config: GRPOConfig, actor_module, task, logger, *, total_training_steps: int,
+                 train_batch_size: int, seed: int):
+        self.config = config
+        self.actor_module = actor_module
+        self.task = task
+        self.logger = logger
+        self.total_training_steps = total_training_steps
+        self.seed = seed
+        distributed = dist.is_available() and dist.is_initialized()
+        self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+        self.device = next(actor_module.parameters()).device
+        self._create_dataloader(train_batch_size)
+
+    def _create_dataloader(self, train_batch_size: int) -> None:
+        train_dataloader_generator = torch.Generator().manual_seed(self.seed + self.rank)
+        self.train_dataloader = PromptDataLoader(self.task, train_batch_size, self.total_training_steps,
+                                                 train_dataloader_generator)
+
+    def init_workers(self) -> None:
+        """The actor (in DistributedDataParallel over the ranks) and its optimizer, a rollout over the same weights,
+        and the reference policy: a frozen copy of the starting weights."""
+        torch.manual_seed(self.seed)
+        actor_module = DistributedDataParallel(self.actor_module) if self.world_size > 1 else self.actor_module
+        actor_optimizer = torch.optim.AdamW(self.actor_module.parameters(), lr=self.config.lr)
+        rollout_generator = torch.Generator(device=self.device).manual_seed(self.seed + self.rank)
+        rollout = HFRollout(self.actor_module, self.config, rollout_generator)
+        ref_module = copy.deepcopy(self.actor_module).requires_grad_(False)
+        self.actor_rollout_wg = ActorRolloutRefWorker(self.config, actor_module, actor_optimizer, ref_module, rollout)
+
+    def _compute_scores(self, batch: DataProto) -> torch.Tensor:
+        """The task's score of each response, (bs,)."""
+        rollout = Rollout(input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"],
+                          completion_mask=batch.batch["response_mask"], prompt_len=batch.batch["prompts"].shape[-1],
+                          sampler_logp=batch.batch["rollout_log_probs"])
+        return self.task.reward(rollout).to(self.device)
+
+    def fit(self) -> None:
+        """The training loop: for each batch of prompts, the stages of the dataflow in order, then the step's
+        metrics to the logger."""
+        self.global_steps = 1
+        for batch_dict in self.train_dataloader:
+            metrics = {}
+            batch = DataProto({key: tensor.to(self.device) for key, tensor in batch_dict.items()}, meta_info={
+                "eos_token_id": self.task.eos_id,
+                "pad_token_id": self.task.pad_id,
+                "temperature": self.config.temperature,
+            })
+
+            # generate a batch: rollout.n responses to each prompt, the responses of a prompt sharing its uid
+            batch = self.actor_rollout_wg.generate_sequences(batch.repeat(repeat_times=self.config.group_size))
+            batch.non_tensor_batch["uid"] = assign_uid(len(batch), self.config.group_size)
+
+            # reward: the score of each response on its last valid token
+            reward_tensor = self._compute_scores(batch)
+            metrics.update({"critic/score/mean": reward_tensor.mean().item(),
+                            "critic/score/max": reward_tensor.max().item()})
+            batch.batch["token_level_scores"] = compute_token_level_scores(reward_tensor, batch.batch["response_mask"])
+
+            # recompute old_log_probs, and the reference policy's
+            batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
+            batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+
+            # compute advantages, executed on the driver process
+            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+            batch = compute_advantage(batch, self.config)
+
+            # update actor
+            actor_output = self.actor_rollout_wg.update_actor(batch)
+            self.actor_rollout_wg.ref_module.load_state_dict(self.actor_module.state_dict())
+            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
+
+            metrics.update(compute_data_metrics(batch))
+            self.logger.log(data=metrics, step=self.global_steps)
+            self.global_steps += 1
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# entry points
 
 
 def rollout_to_batch(rollout: Rollout, cfg: GRPOConfig) -> DataProto:
@@ -593,68 +798,27 @@ def rollout_to_batch(rollout: Rollout, cfg: GRPOConfig) -> DataProto:
 
 
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
+    """One step's stages after the reward, on a worker over these modules."""
+    worker = ActorRolloutRefWorker(cfg, policy, optimizer, ref_policy)
     batch = rollout_to_batch(rollout, cfg)
-    batch.batch["old_log_probs"] = compute_log_prob(policy, batch, cfg)
-    batch.batch["ref_log_prob"] = compute_log_prob(ref_policy, batch, cfg)
-
     batch.batch["token_level_scores"] = compute_token_level_scores(rewards, batch.batch["response_mask"])
+    batch = batch.union(worker.compute_log_prob(batch))
+    batch = batch.union(worker.compute_ref_log_prob(batch))
     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
     batch = compute_advantage(batch, cfg)
 
-    metrics = update_policy(policy, optimizer, batch, cfg)
-    response_mask = batch.batch["response_mask"]
-    return {
-        "loss": metrics["actor/loss"][0],
-        "kl": metrics["actor/kl"][0],
-        "ratio_dev": metrics["actor/ppo_ratio_dev"][0],
-        "clip_frac": metrics["actor/pg_clipfrac"][-1],
-        "grad_norm": metrics["actor/grad_norm"][-1],
-        "adv_std": batch.batch["advantages"][:, 0].std().item(),  # every response holds its first token
-        "completion_len": response_mask.sum(-1).float().mean().item(),
-    }
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# trainer
-
-
-def print_metrics(data: dict) -> None:
-    keys = {"reward_mean": "critic/score/mean", "reward_max": "critic/score/max", "loss": "actor/loss",
-            "kl": "actor/kl", "clip_frac": "actor/pg_clipfrac", "grad_norm": "actor/grad_norm",
-            "completion_len": "response_length/mean"}
-    print(f"step:{data['step']} - " + " - ".join(f"{key}:{data[name]:.3f}" for name, key in keys.items()), flush=True)
-
-
-def init_workers(policy, cfg: GRPOConfig, dp_size: int) -> tuple:
-    """The actor module (one DistributedDataParallel replica per rank), its optimizer, and the reference policy."""
-    ref_module = copy.deepcopy(policy).requires_grad_(False)
-    actor_module = DistributedDataParallel(policy) if dp_size > 1 else policy
-    actor_optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.lr)
-    return actor_module, actor_optimizer, ref_module
+    actor_output = worker.update_actor(batch)
+    metrics = {**reduce_metrics(actor_output.meta_info["metrics"]), **compute_data_metrics(batch)}
+    return {key: metrics[name] for key, name in METRIC_NAMES.items() if name in metrics}
 
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
-    distributed = dist.is_available() and dist.is_initialized()
-    dp_rank, dp_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    torch.manual_seed(seed)
-    device = next(policy.parameters()).device
-    actor_module, actor_optimizer, ref_module = init_workers(policy, cfg, dp_size)
-    dataloader_generator = torch.Generator().manual_seed(seed + dp_rank)
-    rollout_generator = torch.Generator(device=device).manual_seed(seed + dp_rank)
-
-    history = []
-    for global_steps in range(1, steps + 1):
-        prompt_ids, prompt_mask = task.sample_prompts(batch_size, dataloader_generator)
-        rollout = generate(policy, prompt_ids.to(device), prompt_mask.to(device), cfg, eos_id=task.eos_id,
-                           pad_id=task.pad_id, generator=rollout_generator)
-        reward_tensor = task.reward(rollout).to(device)
-        metrics = {"step": global_steps, "reward_mean": reward_tensor.mean().item(),
-                   "reward_max": reward_tensor.max().item()}
-        metrics.update(grpo_step(actor_module, ref_module, actor_optimizer, rollout, reward_tensor, cfg))
-        ref_module.load_state_dict(policy.state_dict())
-        history.append(metrics)
-        log(metrics)
-    return history
+    tracking = Tracking(log)
+    trainer = PPOTrainer(cfg, policy, task, tracking, total_training_steps=steps, train_batch_size=batch_size,
+                         seed=seed)
+    trainer.init_workers()
+    trainer.fit()
+    return tracking.history
 
 
 if __name__ == "__main__":

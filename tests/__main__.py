@@ -46,6 +46,13 @@ def children_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def replay(cmd: list, log) -> None:
+    """A command line and the output it wrote to the (temporary) file `log`, as if it had run in the foreground."""
+    print(f"\n$ {' '.join(cmd[1:])}", flush=True)
+    log.seek(0)
+    sys.stdout.write(log.read())
+
+
 def side_by_side(cmds: list, cwd) -> int:
     """Run the commands at once: the first one's output as it comes, each other's after it, whole. The exit status
     is the first command's that failed, or 0."""
@@ -63,9 +70,7 @@ def side_by_side(cmds: list, cwd) -> int:
                     p.terminate()
                     p.wait()
         for c, log in zip(cmds[1:], logs):
-            print(f"\n$ {' '.join(c[1:])}", flush=True)
-            log.seek(0)
-            sys.stdout.write(log.read())
+            replay(c, log)
     return next((code for code in codes if code), 0)
 
 
@@ -96,9 +101,7 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
                 beside.kill()
             print("\ninterrupted")
             return 130
-        print(f"\n$ {' '.join(proof[1:])}", flush=True)
-        report.seek(0)
-        sys.stdout.write(report.read())
+        replay(proof, report)
     print("\nmake test: " + "; ".join(f"{what} {seconds:.0f} s, {cpu_s:.0f} CPU-s "
                                        f"({'passed' if code == 0 else f'exit {code}'})"
                                        for what, code, seconds, cpu_s in done) +

@@ -705,6 +705,25 @@ class PromptDataLoader:
             yield {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+def fit_batch(actor_rollout_wg: ActorRolloutRefWorker, batch: DataProto, reward_tensor: torch.Tensor,
+              config: GRPOConfig) -> dict:
+    """The stages of a step after the reward, on a batch of responses with their prompt uids and the score of each
+    (bs,): the actor's and the batch's metrics."""
+    batch.batch["token_level_scores"] = compute_token_level_scores(reward_tensor, batch.batch["response_mask"])
+
+    # recompute old_log_probs, and the reference policy's
+    batch = batch.union(actor_rollout_wg.compute_log_prob(batch))
+    batch = batch.union(actor_rollout_wg.compute_ref_log_prob(batch))
+
+    # compute advantages, executed on the driver process
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    batch = compute_advantage(batch, config)
+
+    # update actor
+    actor_output = actor_rollout_wg.update_actor(batch)
+    return {**reduce_metrics(actor_output.meta_info["metrics"]), **compute_data_metrics(batch)}
+
+
 class PPOTrainer:
     """The driver: it draws the prompts, has the worker run each stage of a step and computes the advantages itself.
     Under torch.distributed each rank runs one, on prompts of its own."""
@@ -761,25 +780,12 @@ class PPOTrainer:
             batch = self.actor_rollout_wg.generate_sequences(batch.repeat(repeat_times=self.config.group_size))
             batch.non_tensor_batch["uid"] = assign_uid(len(batch), self.config.group_size)
 
-            # reward: the score of each response on its last valid token
+            # reward: the score of each response
             reward_tensor = self._compute_scores(batch)
             metrics.update({"critic/score/mean": reward_tensor.mean().item(),
                             "critic/score/max": reward_tensor.max().item()})
-            batch.batch["token_level_scores"] = compute_token_level_scores(reward_tensor, batch.batch["response_mask"])
+            metrics.update(fit_batch(self.actor_rollout_wg, batch, reward_tensor, self.config))
 
-            # recompute old_log_probs, and the reference policy's
-            batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
-            batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
-
-            # compute advantages, executed on the driver process
-            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            batch = compute_advantage(batch, self.config)
-
-            # update actor
-            actor_output = self.actor_rollout_wg.update_actor(batch)
-            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
-
-            metrics.update(compute_data_metrics(batch))
             self.logger.log(data=metrics, step=self.global_steps)
             self.global_steps += 1
 
@@ -804,15 +810,7 @@ def rollout_to_batch(rollout: Rollout, cfg: GRPOConfig) -> DataProto:
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
     """One step's stages after the reward, on a worker over these modules."""
     worker = ActorRolloutRefWorker(cfg, policy, optimizer, ref_policy)
-    batch = rollout_to_batch(rollout, cfg)
-    batch.batch["token_level_scores"] = compute_token_level_scores(rewards, batch.batch["response_mask"])
-    batch = batch.union(worker.compute_log_prob(batch))
-    batch = batch.union(worker.compute_ref_log_prob(batch))
-    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-    batch = compute_advantage(batch, cfg)
-
-    actor_output = worker.update_actor(batch)
-    metrics = {**reduce_metrics(actor_output.meta_info["metrics"]), **compute_data_metrics(batch)}
+    metrics = fit_batch(worker, rollout_to_batch(rollout, cfg), rewards, cfg)
     return {key: metrics[name] for key, name in METRIC_NAMES.items() if name in metrics}
 
 

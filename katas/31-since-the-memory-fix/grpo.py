@@ -811,17 +811,39 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Te
     return {key: metrics[name] for key, name in METRIC_NAMES.items() if name in metrics}
 
 
-def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
+def run_ppo(config: dict, log=print_metrics) -> list:
+    """main_ppo's TaskRunner.run, without ray: the trainer over the config's model and reward, its workers, then
+    fit. Returns each step's metrics."""
     tracking = Tracking(log)
-    trainer = PPOTrainer(cfg, policy, task, tracking, total_training_steps=steps, train_batch_size=batch_size,
-                         seed=seed)
+    actor_rollout_ref = config["actor_rollout_ref"]
+    trainer = PPOTrainer(actor_rollout_ref["grpo"], actor_rollout_ref["model"], config["reward_model"], tracking,
+                         total_training_steps=config["trainer"]["total_training_steps"],
+                         train_batch_size=config["data"]["train_batch_size"], seed=config["data"]["seed"])
     trainer.init_workers()
     trainer.fit()
     return tracking.history
 
 
+def main(config: dict) -> None:
+    run_ppo(config)
+
+
+def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
+    return run_ppo({
+        "data": {"train_batch_size": batch_size, "seed": seed},
+        "actor_rollout_ref": {"model": policy, "grpo": cfg},
+        "reward_model": task,
+        "trainer": {"total_training_steps": steps},
+    }, log)
+
+
 if __name__ == "__main__":
     from lab import ModelConfig, SumTask, TinyLM
 
-    torch.manual_seed(0)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)
+    torch.manual_seed(0)  # the model's initial weights
+    main({
+        "data": {"train_batch_size": 16, "seed": 0},
+        "actor_rollout_ref": {"model": TinyLM(ModelConfig()), "grpo": GRPOConfig(num_iterations=2)},
+        "reward_model": SumTask(),  # the score of each response
+        "trainer": {"total_training_steps": 40},
+    })

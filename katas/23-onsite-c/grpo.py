@@ -150,7 +150,9 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
     idx = prompts.batch["input_ids"]  # (bs, prompt_length)
     attention_mask = prompts.batch["attention_mask"]
     batch_size = idx.size(0)
-    kv_cache = actor_module.make_cache() if hasattr(actor_module, "make_cache") else None
+    # as HFRollout calls generate(use_cache=True) and leaves the cache to the model: its own, where it makes one
+    make_cache = getattr(actor_module, "make_cache", None)
+    kv_cache = make_cache() if make_cache is not None else None
 
     response = [[] for _ in range(batch_size)]
     rollout_log_probs = [[] for _ in range(batch_size)]
@@ -745,15 +747,22 @@ class PPOTrainer:
         self.train_dataloader = PromptDataLoader(self.task, train_batch_size, self.total_training_steps,
                                                  train_dataloader_generator)
 
-    def init_workers(self) -> None:
-        """The actor (in DistributedDataParallel over the ranks) and its optimizer, a rollout over the same weights,
-        and the reference policy: a frozen copy of the starting weights."""
-        torch.manual_seed(self.seed)
+    def _build_model_optimizer(self, role: str) -> tuple:
+        """(module, optimizer) of a role, each built from the weights the actor starts with, as fsdp_workers builds
+        the actor and the ref from one model path: the actor in DistributedDataParallel over the ranks, with its
+        optimizer; the ref a module of its own, with no optimizer and no gradient."""
+        if role == "ref":
+            return self.actor_module, None
         actor_module = DistributedDataParallel(self.actor_module) if self.world_size > 1 else self.actor_module
-        actor_optimizer = torch.optim.AdamW(self.actor_module.parameters(), lr=self.config.lr)
+        return actor_module, torch.optim.AdamW(self.actor_module.parameters(), lr=self.config.lr)
+
+    def init_workers(self) -> None:
+        """The actor and its optimizer, a rollout over the same weights, and the reference policy."""
+        torch.manual_seed(self.seed)
+        actor_module, actor_optimizer = self._build_model_optimizer(role="actor")
         rollout_generator = torch.Generator(device=self.device).manual_seed(self.seed + self.rank)
         rollout = HFRollout(self.actor_module, self.config, rollout_generator)
-        ref_module = self.actor_module
+        ref_module, _ = self._build_model_optimizer(role="ref")
         self.actor_rollout_wg = ActorRolloutRefWorker(self.config, actor_module, actor_optimizer, ref_module, rollout)
 
     def _compute_scores(self, batch: DataProto) -> torch.Tensor:

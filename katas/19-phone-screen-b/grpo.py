@@ -151,7 +151,9 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
     idx = prompts.batch["input_ids"]  # (bs, prompt_length)
     attention_mask = prompts.batch["attention_mask"]
     batch_size = idx.size(0)
-    kv_cache = actor_module.make_cache() if hasattr(actor_module, "make_cache") else None
+    # as HFRollout calls generate(use_cache=True) and leaves the cache to the model: its own, where it makes one
+    make_cache = getattr(actor_module, "make_cache", None)
+    kv_cache = make_cache() if make_cache is not None else None
 
     response = [[] for _ in range(batch_size)]
     rollout_log_probs = [[] for _ in range(batch_size)]
@@ -705,6 +707,25 @@ class PromptDataLoader:
             yield {"input_ids": input_ids, "attention_mask": attention_mask}
 
 
+def fit_batch(actor_rollout_wg: ActorRolloutRefWorker, batch: DataProto, reward_tensor: torch.Tensor,
+              config: GRPOConfig) -> dict:
+    """The stages of a step after the reward, on a batch of responses with their prompt uids and the score of each
+    (bs,): the actor's and the batch's metrics."""
+    batch.batch["token_level_scores"] = compute_token_level_scores(reward_tensor, batch.batch["response_mask"])
+
+    # recompute old_log_probs, and the reference policy's
+    batch = batch.union(actor_rollout_wg.compute_log_prob(batch))
+    batch = batch.union(actor_rollout_wg.compute_ref_log_prob(batch))
+
+    # compute advantages, executed on the driver process
+    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+    batch = compute_advantage(batch, config)
+
+    # update actor
+    actor_output = actor_rollout_wg.update_actor(batch)
+    return {**reduce_metrics(actor_output.meta_info["metrics"]), **compute_data_metrics(batch)}
+
+
 class PPOTrainer:
     """The driver: it draws the prompts, has the worker run each stage of a step and computes the advantages itself.
     Under torch.distributed each rank runs one, on prompts of its own."""
@@ -727,15 +748,24 @@ class PPOTrainer:
         self.train_dataloader = PromptDataLoader(self.task, train_batch_size, self.total_training_steps,
                                                  train_dataloader_generator)
 
-    def init_workers(self) -> None:
-        """The actor (in DistributedDataParallel over the ranks) and its optimizer, a rollout over the same weights,
-        and the reference policy: a frozen copy of the starting weights."""
-        torch.manual_seed(self.seed)
+    def _build_model_optimizer(self, role: str) -> tuple:
+        """(module, optimizer) of a role, each built from the weights the actor starts with, as fsdp_workers builds
+        the actor and the ref from one model path: the actor in DistributedDataParallel over the ranks, with its
+        optimizer; the ref a module of its own, with no optimizer and no gradient."""
+        if role == "ref":
+            ref_module = copy.deepcopy(self.actor_module)
+            ref_module.requires_grad_(False)
+            return ref_module, None
         actor_module = DistributedDataParallel(self.actor_module) if self.world_size > 1 else self.actor_module
-        actor_optimizer = torch.optim.AdamW(self.actor_module.parameters(), lr=self.config.lr)
+        return actor_module, torch.optim.AdamW(self.actor_module.parameters(), lr=self.config.lr)
+
+    def init_workers(self) -> None:
+        """The actor and its optimizer, a rollout over the same weights, and the reference policy."""
+        torch.manual_seed(self.seed)
+        actor_module, actor_optimizer = self._build_model_optimizer(role="actor")
         rollout_generator = torch.Generator(device=self.device).manual_seed(self.seed + self.rank)
         rollout = HFRollout(self.actor_module, self.config, rollout_generator)
-        ref_module = copy.deepcopy(self.actor_module).requires_grad_(False)
+        ref_module, _ = self._build_model_optimizer(role="ref")
         self.actor_rollout_wg = ActorRolloutRefWorker(self.config, actor_module, actor_optimizer, ref_module, rollout)
 
     def _compute_scores(self, batch: DataProto) -> torch.Tensor:
@@ -761,25 +791,12 @@ class PPOTrainer:
             batch = self.actor_rollout_wg.generate_sequences(batch.repeat(repeat_times=self.config.group_size))
             batch.non_tensor_batch["uid"] = assign_uid(len(batch), self.config.group_size)
 
-            # reward: the score of each response on its last valid token
+            # reward: the score of each response
             reward_tensor = self._compute_scores(batch)
             metrics.update({"critic/score/mean": reward_tensor.mean().item(),
                             "critic/score/max": reward_tensor.max().item()})
-            batch.batch["token_level_scores"] = compute_token_level_scores(reward_tensor, batch.batch["response_mask"])
+            metrics.update(fit_batch(self.actor_rollout_wg, batch, reward_tensor, self.config))
 
-            # recompute old_log_probs, and the reference policy's
-            batch = batch.union(self.actor_rollout_wg.compute_log_prob(batch))
-            batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
-
-            # compute advantages, executed on the driver process
-            batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-            batch = compute_advantage(batch, self.config)
-
-            # update actor
-            actor_output = self.actor_rollout_wg.update_actor(batch)
-            metrics.update(reduce_metrics(actor_output.meta_info["metrics"]))
-
-            metrics.update(compute_data_metrics(batch))
             self.logger.log(data=metrics, step=self.global_steps)
             self.global_steps += 1
 
@@ -804,29 +821,43 @@ def rollout_to_batch(rollout: Rollout, cfg: GRPOConfig) -> DataProto:
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Tensor, cfg: GRPOConfig) -> dict:
     """One step's stages after the reward, on a worker over these modules."""
     worker = ActorRolloutRefWorker(cfg, policy, optimizer, ref_policy)
-    batch = rollout_to_batch(rollout, cfg)
-    batch.batch["token_level_scores"] = compute_token_level_scores(rewards, batch.batch["response_mask"])
-    batch = batch.union(worker.compute_log_prob(batch))
-    batch = batch.union(worker.compute_ref_log_prob(batch))
-    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-    batch = compute_advantage(batch, cfg)
-
-    actor_output = worker.update_actor(batch)
-    metrics = {**reduce_metrics(actor_output.meta_info["metrics"]), **compute_data_metrics(batch)}
+    metrics = fit_batch(worker, rollout_to_batch(rollout, cfg), rewards, cfg)
     return {key: metrics[name] for key, name in METRIC_NAMES.items() if name in metrics}
 
 
-def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
+def run_ppo(config: dict, log=print_metrics) -> list:
+    """main_ppo's TaskRunner.run, without ray: the trainer over the config's model and reward, its workers, then
+    fit. Returns each step's metrics."""
     tracking = Tracking(log)
-    trainer = PPOTrainer(cfg, policy, task, tracking, total_training_steps=steps, train_batch_size=batch_size,
-                         seed=seed)
+    actor_rollout_ref = config["actor_rollout_ref"]
+    trainer = PPOTrainer(actor_rollout_ref["grpo"], actor_rollout_ref["model"], config["reward_model"], tracking,
+                         total_training_steps=config["trainer"]["total_training_steps"],
+                         train_batch_size=config["data"]["train_batch_size"], seed=config["data"]["seed"])
     trainer.init_workers()
     trainer.fit()
     return tracking.history
 
 
+def main(config: dict) -> None:
+    run_ppo(config)
+
+
+def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=print_metrics) -> list:
+    return run_ppo({
+        "data": {"train_batch_size": batch_size, "seed": seed},
+        "actor_rollout_ref": {"model": policy, "grpo": cfg},
+        "reward_model": task,
+        "trainer": {"total_training_steps": steps},
+    }, log)
+
+
 if __name__ == "__main__":
     from lab import ModelConfig, SumTask, TinyLM
 
-    torch.manual_seed(0)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)
+    torch.manual_seed(0)  # the model's initial weights
+    main({
+        "data": {"train_batch_size": 16, "seed": 0},
+        "actor_rollout_ref": {"model": TinyLM(ModelConfig()), "grpo": GRPOConfig(num_iterations=2)},
+        "reward_model": SumTask(),  # the score of each response
+        "trainer": {"total_training_steps": 40},
+    })

@@ -319,7 +319,35 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
     return history
 
 
+# -----------------------------------------------------------------------------
 if __name__ == "__main__":
+    import sys
+    from ast import literal_eval
+    from dataclasses import fields
     from lab import ModelConfig, SumTask, TinyLM
-    torch.manual_seed(0)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)
+    # default config values: 40 iterations on the lab's sum task with its tiny model
+    steps = 40
+    batch_size = 16 # B prompts per iteration, each completed group_size times
+    seed = 0
+    num_iterations = 2 # mu in the paper; 1 is on-policy
+    # overrides from the command line, --key=value, as nanoGPT's configurator.py: a setting above or a GRPOConfig field
+    config = {f.name: f.default for f in fields(GRPOConfig)}
+    config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations)
+    for arg in sys.argv[1:]:
+        assert arg.startswith('--') and '=' in arg, f"expected --key=value, got {arg}"
+        key, val = arg[2:].split('=', 1)
+        if key not in config:
+            raise ValueError(f"Unknown config key: {key}")
+        try:
+            # attempt to eval it (e.g. if bool, number, or etc)
+            attempt = literal_eval(val)
+        except (SyntaxError, ValueError):
+            # if that goes wrong, just use the string
+            attempt = val
+        # ensure the types match ok; a setting that is None by default is off, and takes a number
+        assert type(attempt) == type(config[key]) or config[key] is None, f"{key} takes a {type(config[key]).__name__}"
+        print(f"Overriding: {key} = {attempt}")
+        config[key] = attempt
+    steps, batch_size, seed = config.pop("steps"), config.pop("batch_size"), config.pop("seed")
+    torch.manual_seed(seed)
+    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(**config), steps=steps, batch_size=batch_size, seed=seed)

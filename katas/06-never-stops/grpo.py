@@ -85,7 +85,8 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
     mask = prompt_mask.repeat_interleave(cfg.group_size, dim=0)           # (N, P)
     P = idx.size(1)
     done = torch.zeros_like(idx[:, :1], dtype=torch.bool)                 # (N, 1)
-    cache = policy.make_cache() if hasattr(policy, "make_cache") else None
+    make_cache = getattr(policy, "make_cache", None)                      # the model's KV cache, if it offers one
+    cache = make_cache() if make_cache is not None else None
     p_drawn = []                                                          # T tensors of (N, 1)
     for _ in range(cfg.max_new_tokens):
         # with a KV cache the model has already seen every column but the newest one
@@ -152,16 +153,19 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
     for the sampler when cfg.is_cap is set, plus beta times the KL penalty; loss_type says how the completion
     tokens are weighed, num_tokens is dapo's count."""
     keep = completion_mask.bool()                                         # (N, T)
-    logp, old_logp, ref_logp = logp.where(keep, 0.0), old_logp.where(keep, 0.0), ref_logp.where(keep, 0.0)
-    ratio = torch.exp(logp - old_logp)                                    # (N, T) pi / pi_old
+    # a padded position's log-probs can be anything, inf and NaN too: the log-ratio is 0 there, before any exp
+    log_ratio = (logp - old_logp).where(keep, 0.0)                        # (N, T) log pi / pi_old
+    ratio = torch.exp(log_ratio)                                          # (N, T) pi / pi_old
     adv = advantages[:, None]                                             # (N, 1) one advantage per row
     eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    bounded = torch.where(adv > 0, ratio.clamp(max=1 + eps_high), ratio.clamp(min=1 - cfg.clip_eps))  # (N, T)
-    pg = -adv * bounded                                                   # (N, T)
+    surr1 = ratio * adv                                                   # (N, T)
+    surr2 = ratio.clamp(1 - cfg.clip_eps, 1 + eps_high) * adv             # (N, T)
+    pg = -torch.min(surr1, surr2)                                         # (N, T)
     if cfg.is_cap is not None and sampler_logp is not None:
         drift = torch.where(keep, old_logp - sampler_logp, 0.0)           # (N, T) log pi_old / pi_sampler
         pg = pg * torch.exp(drift).clamp(max=cfg.is_cap).detach()         # (N, T)
-    per_token = pg + cfg.beta * kl_penalty(logp, ref_logp)               # (N, T)
+    kl = torch.zeros_like(pg).masked_scatter(keep, kl_penalty(logp[keep], ref_logp[keep]))  # (N, T) 0 on the padding
+    per_token = pg + cfg.beta * kl                                        # (N, T)
 
     # how much each token counts, by loss_type
     N, mask = keep.size(0), keep.to(per_token.dtype)
@@ -187,16 +191,23 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)
     mask = rollout.completion_mask                                        # (N, T)
     N = mask.size(0)
-    micro_batches = [rows for rows in torch.arange(N, device=mask.device).tensor_split(cfg.grad_accum_steps)
-                     if len(rows) > 0]                                    # k x (n,)
+    # each micro step takes the next run of rows, the first N % k of them one row more; none is left empty
+    gradient_accumulation_steps = min(cfg.grad_accum_steps, N)
+    micro_batch_size, longer = divmod(N, gradient_accumulation_steps)
 
-    def logprobs(model, rows):                                            # (n, T)
+    def rows_of(micro_step):                                              # the n rows of this micro step
+        start = micro_step * micro_batch_size + min(micro_step, longer)
+        return slice(start, start + micro_batch_size + (micro_step < longer))
+
+    def logprobs(model, micro_step):                                      # (n, T)
+        rows = rows_of(micro_step)
         return token_logprobs(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
                               cfg.temperature)
 
+    micro_steps = range(gradient_accumulation_steps)
     with torch.no_grad():
-        old_logp = torch.cat([logprobs(policy, rows) for rows in micro_batches])      # (N, T) pi_old, the sampler
-        ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
+        old_logp = torch.cat([logprobs(policy, micro_step) for micro_step in micro_steps])  # (N, T) pi_old, the sampler
+        ref_logp = torch.cat([logprobs(ref_policy, micro_step) for micro_step in micro_steps])  # (N, T) pi_ref, frozen
     sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
     # dapo divides by every completion token of the batch, on all processes; DDP then averages the processes'
     # gradients, so each process takes its share of that count
@@ -208,18 +219,19 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         lossf, logp = 0.0, []
-        for micro_step, rows in enumerate(micro_batches):
+        for micro_step in range(gradient_accumulation_steps):
             if ddp:
                 # in DDP training we only need to sync gradients at the last micro step; this is the flag
                 # model.no_sync() toggles, set before the forward pass
-                policy.require_backward_grad_sync = (micro_step == len(micro_batches) - 1)
-            logp.append(logprobs(policy, rows))                           # (n, T)
+                policy.require_backward_grad_sync = (micro_step == gradient_accumulation_steps - 1)
+            rows = rows_of(micro_step)
+            logp.append(logprobs(policy, micro_step))                     # (n, T)
             loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
                              num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows])
             if cfg.loss_type == "bnpo":
                 loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type != "dapo":
-                loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
+                loss = loss * len(logp[-1]) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()
             lossf += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
@@ -235,13 +247,15 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
 @torch.no_grad()
 def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> dict:
     """For the log, over the completion tokens of the batch: the mean KL, the largest |ratio - 1|, and the
-    share of tokens whose push the clip stopped (ratio past the bound on the side its advantage pushes)."""
+    share of tokens whose push the clip stopped (where eq. 3's min takes the clipped surrogate, strictly smaller)."""
     keep = mask.bool()                                                    # (N, T)
     n = max(int(keep.sum()), 1)
     adv = advantages[:, None].expand_as(keep)[keep]                       # (M,) the completion tokens only
     ratio = torch.exp(logp[keep] - old_logp[keep])                        # (M,)
     eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    clipped = ((ratio < 1 - cfg.clip_eps) & (adv < 0)) | ((ratio > 1 + eps_high) & (adv > 0))  # (M,)
+    surr1 = ratio * adv                                                   # (M,)
+    surr2 = ratio.clamp(1 - cfg.clip_eps, 1 + eps_high) * adv             # (M,)
+    clipped = surr2 < surr1                                               # (M,)
     kl = kl_penalty(logp[keep], ref_logp[keep])                           # (M,)
     return {"kl": kl.sum().item() / n,
             "ratio_dev": (ratio - 1).abs().max().item() if ratio.numel() else 0.0,
@@ -305,7 +319,35 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
     return history
 
 
+# -----------------------------------------------------------------------------
 if __name__ == "__main__":
+    import sys
+    from ast import literal_eval
+    from dataclasses import fields
     from lab import ModelConfig, SumTask, TinyLM
-    torch.manual_seed(0)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)
+    # default config values: 40 iterations on the lab's sum task with its tiny model
+    steps = 40
+    batch_size = 16 # B prompts per iteration, each completed group_size times
+    seed = 0
+    num_iterations = 2 # mu in the paper; 1 is on-policy
+    # overrides from the command line, --key=value, as nanoGPT's configurator.py: a setting above or a GRPOConfig field
+    config = {f.name: f.default for f in fields(GRPOConfig)}
+    config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations)
+    for arg in sys.argv[1:]:
+        assert arg.startswith('--') and '=' in arg, f"expected --key=value, got {arg}"
+        key, val = arg[2:].split('=', 1)
+        if key not in config:
+            raise ValueError(f"Unknown config key: {key}")
+        try:
+            # attempt to eval it (e.g. if bool, number, or etc)
+            attempt = literal_eval(val)
+        except (SyntaxError, ValueError):
+            # if that goes wrong, just use the string
+            attempt = val
+        # ensure the types match ok; a setting that is None by default is off, and takes a number
+        assert type(attempt) == type(config[key]) or config[key] is None, f"{key} takes a {type(config[key]).__name__}"
+        print(f"Overriding: {key} = {attempt}")
+        config[key] = attempt
+    steps, batch_size, seed = config.pop("steps"), config.pop("batch_size"), config.pop("seed")
+    torch.manual_seed(seed)
+    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(**config), steps=steps, batch_size=batch_size, seed=seed)

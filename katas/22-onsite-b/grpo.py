@@ -202,6 +202,24 @@ def nanstd(tensor: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
     return torch.sqrt(variance * count / (count - 1))  # Bessel's correction
 
 
+def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
+    """
+    Creates a static reference copy of a model. Note that model will be in `.eval()` mode.
+
+    Args:
+        model (`torch.nn.Module`): The model to be copied.
+
+    Returns:
+        `torch.nn.Module`
+    """
+    parameter_names = [n for n, _ in model.named_parameters()]
+    ref_model = copy.deepcopy(model)
+    for param_name in parameter_names:
+        param = ref_model.get_parameter(param_name)
+        param.requires_grad = False
+    return ref_model.eval()
+
+
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
     Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
@@ -561,7 +579,11 @@ class GRPOTrainer:
         self.callbacks = callbacks or []
 
         # Reference model: the model as training starts, which nothing updates
-        self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model).requires_grad_(False)
+        if ref_model is not None:
+            self.ref_model = ref_model
+        else:
+            # If no reference model is given, create one based on the initial model
+            self.ref_model = create_reference_model(model)
         optimizer = optimizers[0]
         self.optimizer = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=args.lr)
 

@@ -150,6 +150,8 @@ class GenerationConfig:
             Whether or not to use sampling; use greedy decoding otherwise.
         temperature (`float`, *optional*, defaults to `1.0`):
             The value used to modulate the next token probabilities.
+        use_cache (`bool`, *optional*, defaults to `True`):
+            Whether or not the model should use its KV cache (if it has one) to speed up decoding.
     """
 
     max_new_tokens: int
@@ -157,6 +159,7 @@ class GenerationConfig:
     pad_token_id: int = 0
     do_sample: bool = False
     temperature: float = 1.0
+    use_cache: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -262,6 +265,20 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (sequence_indices <= eos_idx.unsqueeze(1)).float()
 
 
+def _prepare_cache_for_generation(model, generation_config: GenerationConfig, model_kwargs: dict) -> None:
+    """
+    Prepares the cache for generation (if applicable): if `generation_config.use_cache` and the model supports a KV
+    cache (it has a `make_cache()` method), writes a new one to `model_kwargs` under `"cache"`.
+    """
+    # Quick escape route 1: if the user specifies no cache is to be used
+    if not generation_config.use_cache:
+        return
+    # Quick escape route 2: a model without a cache of its own is called on the whole sequence at every step
+    if not callable(getattr(model, "make_cache", None)):
+        return
+    model_kwargs["cache"] = model.make_cache()
+
+
 def sample(model, input_ids, attention_mask, generation_config: GenerationConfig, generator=None) -> tuple:
     """
     Extends every row of `input_ids` one token at a time until each row has produced `eos_token_id` or
@@ -269,7 +286,8 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
 
     Args:
         model (`torch.nn.Module`):
-            Model to decode with. If it has a `make_cache()` method, its KV cache is used.
+            Model to decode with. If it has a `make_cache()` method, its KV cache is used (see
+            `GenerationConfig.use_cache`).
         input_ids (`torch.Tensor` of shape `(N, P)`):
             Left-padded prompt ids.
         attention_mask (`torch.Tensor` of shape `(N, P)`):
@@ -286,14 +304,13 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
     pad_token_id = generation_config.pad_token_id
     has_eos_stopping_criteria = generation_config.eos_token_id is not None
     unfinished_sequences = torch.ones(input_ids.size(0), dtype=torch.long, device=input_ids.device)
-    cache = model.make_cache() if hasattr(model, "make_cache") else None
+    model_kwargs = {}
+    _prepare_cache_for_generation(model, generation_config, model_kwargs)
+    use_cache = "cache" in model_kwargs
     model_inputs = input_ids
     token_logps = []
     for _ in range(generation_config.max_new_tokens):
-        if cache is not None:
-            outputs = model(model_inputs, attention_mask, cache=cache)
-        else:
-            outputs = model(input_ids, attention_mask)
+        outputs = model(model_inputs, attention_mask, **model_kwargs)
         next_token_logits = outputs[:, -1, :].float()
 
         # pre-process distribution
@@ -314,7 +331,7 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
         # update generated ids, model inputs, and attention mask for next step
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
         attention_mask = torch.cat([attention_mask, unfinished_sequences[:, None].to(attention_mask.dtype)], dim=-1)
-        model_inputs = next_tokens[:, None]
+        model_inputs = next_tokens[:, None] if use_cache else input_ids  # a cache holds every earlier column
 
         if has_eos_stopping_criteria:
             unfinished_sequences = unfinished_sequences & ~(next_tokens == generation_config.eos_token_id)

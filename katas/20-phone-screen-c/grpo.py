@@ -766,11 +766,15 @@ class GRPOTrainer:
             num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.num_processes,
             sampler_logp=inputs.get("sampling_per_token_logps"),
         )
-        # Scale for gradient accumulation
+        # Scale for gradient accumulation. `split_tensor_dict` may leave the micro-batches one completion apart, so a
+        # loss averaged over completions is divided by as many micro-batches as the generation batch would hold at
+        # this one's size (`current_gradient_accumulation_steps` when they are of equal size)
         if self.loss_type in ["grpo", "dr_grpo"]:
-            loss = loss * completion_ids.size(0) / inputs["num_completions"]
+            normalizer = inputs["num_completions"] / completion_ids.size(0)
+            loss = loss / normalizer
         elif self.loss_type == "bnpo":
-            loss = loss / self.current_gradient_accumulation_steps
+            normalizer = self.current_gradient_accumulation_steps
+            loss = loss / normalizer
 
         self._log_token_metrics(per_token_logps.detach(), old_per_token_logps, inputs)
         return loss

@@ -948,5 +948,25 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
 if __name__ == "__main__":
     from lab import ModelConfig, SumTask, TinyLM
 
+    # Set seed before initializing model
     torch.manual_seed(0)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)
+    model = TinyLM(ModelConfig())
+    task = SumTask()
+
+    # Load the dataset: 40 generation batches of 16 prompts, and seed the sampling, as `train(..., seed=0)` does
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    dataset = (task.sample_prompts(16, generator) for _ in range(40))
+
+    # Initialize the GRPO trainer
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=task.reward,
+        args=GRPOConfig(num_iterations=2),
+        train_dataset=dataset,
+        processing_class=task,
+        callbacks=[print],
+    )
+
+    # Train the model
+    trainer.train()

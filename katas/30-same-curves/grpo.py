@@ -149,6 +149,8 @@ class GenerationConfig:
             Whether or not to use sampling; use greedy decoding otherwise.
         temperature (`float`, *optional*, defaults to `1.0`):
             The value used to modulate the next token probabilities.
+        use_cache (`bool`, *optional*, defaults to `True`):
+            Whether or not the model should use its KV cache (if it has one) to speed up decoding.
     """
 
     max_new_tokens: int
@@ -156,6 +158,7 @@ class GenerationConfig:
     pad_token_id: int = 0
     do_sample: bool = False
     temperature: float = 1.0
+    use_cache: bool = True
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -201,6 +204,24 @@ def nanstd(tensor: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
     return torch.sqrt(variance * count / (count - 1))  # Bessel's correction
 
 
+def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
+    """
+    Creates a static reference copy of a model. Note that model will be in `.eval()` mode.
+
+    Args:
+        model (`torch.nn.Module`): The model to be copied.
+
+    Returns:
+        `torch.nn.Module`
+    """
+    parameter_names = [n for n, _ in model.named_parameters()]
+    ref_model = copy.deepcopy(model)
+    for param_name in parameter_names:
+        param = ref_model.get_parameter(param_name)
+        param.requires_grad = False
+    return ref_model.eval()
+
+
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
     Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
@@ -243,6 +264,20 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return (sequence_indices <= eos_idx.unsqueeze(1)).float()
 
 
+def _prepare_cache_for_generation(model, generation_config: GenerationConfig, model_kwargs: dict) -> None:
+    """
+    Prepares the cache for generation (if applicable): if `generation_config.use_cache` and the model supports a KV
+    cache (it has a `make_cache()` method), writes a new one to `model_kwargs` under `"cache"`.
+    """
+    # Quick escape route 1: if the user specifies no cache is to be used
+    if not generation_config.use_cache:
+        return
+    # Quick escape route 2: a model without a cache of its own is called on the whole sequence at every step
+    if not callable(getattr(model, "make_cache", None)):
+        return
+    model_kwargs["cache"] = model.make_cache()
+
+
 def sample(model, input_ids, attention_mask, generation_config: GenerationConfig, generator=None) -> tuple:
     """
     Extends every row of `input_ids` one token at a time until each row has produced `eos_token_id` or
@@ -250,7 +285,8 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
 
     Args:
         model (`torch.nn.Module`):
-            Model to decode with. If it has a `make_cache()` method, its KV cache is used.
+            Model to decode with. If it has a `make_cache()` method, its KV cache is used (see
+            `GenerationConfig.use_cache`).
         input_ids (`torch.Tensor` of shape `(N, P)`):
             Left-padded prompt ids.
         attention_mask (`torch.Tensor` of shape `(N, P)`):
@@ -267,14 +303,13 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
     pad_token_id = generation_config.pad_token_id
     has_eos_stopping_criteria = generation_config.eos_token_id is not None
     unfinished_sequences = torch.ones(input_ids.size(0), dtype=torch.long, device=input_ids.device)
-    cache = model.make_cache() if hasattr(model, "make_cache") else None
+    model_kwargs = {}
+    _prepare_cache_for_generation(model, generation_config, model_kwargs)
+    use_cache = "cache" in model_kwargs
     model_inputs = input_ids
     token_logps = []
     for _ in range(generation_config.max_new_tokens):
-        if cache is not None:
-            outputs = model(model_inputs, attention_mask, cache=cache)
-        else:
-            outputs = model(input_ids, attention_mask)
+        outputs = model(model_inputs, attention_mask, **model_kwargs)
         next_token_logits = outputs[:, -1, :].float()
 
         # pre-process distribution
@@ -295,7 +330,7 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
         # update generated ids, model inputs, and attention mask for next step
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=-1)
         attention_mask = torch.cat([attention_mask, unfinished_sequences[:, None].to(attention_mask.dtype)], dim=-1)
-        model_inputs = next_tokens[:, None]
+        model_inputs = next_tokens[:, None] if use_cache else input_ids  # a cache holds every earlier column
 
         if has_eos_stopping_criteria:
             unfinished_sequences = unfinished_sequences & ~(next_tokens == generation_config.eos_token_id)
@@ -553,7 +588,11 @@ class GRPOTrainer:
         self.callbacks = callbacks or []
 
         # Reference model: the model as training starts, which nothing updates
-        self.ref_model = ref_model if ref_model is not None else copy.deepcopy(model).requires_grad_(False)
+        if ref_model is not None:
+            self.ref_model = ref_model
+        else:
+            # If no reference model is given, create one based on the initial model
+            self.ref_model = create_reference_model(model)
         optimizer = optimizers[0]
         self.optimizer = optimizer if optimizer is not None else torch.optim.AdamW(model.parameters(), lr=args.lr)
 
@@ -719,11 +758,15 @@ class GRPOTrainer:
             num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.num_processes,
             sampler_logp=inputs.get("sampling_per_token_logps"),
         )
-        # Scale for gradient accumulation
+        # Scale for gradient accumulation. `split_tensor_dict` may leave the micro-batches one completion apart, so a
+        # loss averaged over completions is divided by as many micro-batches as the generation batch would hold at
+        # this one's size (`current_gradient_accumulation_steps` when they are of equal size)
         if self.loss_type in ["grpo", "dr_grpo"]:
-            loss = loss * completion_ids.size(0) / inputs["num_completions"]
+            normalizer = inputs["num_completions"] / completion_ids.size(0)
+            loss = loss / normalizer
         elif self.loss_type == "bnpo":
-            loss = loss / self.current_gradient_accumulation_steps
+            normalizer = self.current_gradient_accumulation_steps
+            loss = loss / normalizer
 
         self._log_token_metrics(per_token_logps.detach(), old_per_token_logps, inputs)
         return loss
@@ -897,5 +940,25 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
 if __name__ == "__main__":
     from lab import ModelConfig, SumTask, TinyLM
 
+    # Set seed before initializing model
     torch.manual_seed(0)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(num_iterations=2), steps=40, batch_size=16, seed=0)
+    model = TinyLM(ModelConfig())
+    task = SumTask()
+
+    # Load the dataset: 40 generation batches of 16 prompts, and seed the sampling, as `train(..., seed=0)` does
+    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(0)
+    dataset = (task.sample_prompts(16, generator) for _ in range(40))
+
+    # Initialize the GRPO trainer
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=task.reward,
+        args=GRPOConfig(num_iterations=2),
+        train_dataset=dataset,
+        processing_class=task,
+        callbacks=[print],
+    )
+
+    # Train the model
+    trainer.train()

@@ -151,9 +151,10 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
     idx = prompts.batch["input_ids"]  # (bs, prompt_length)
     attention_mask = prompts.batch["attention_mask"]
     batch_size = idx.size(0)
-    # as HFRollout calls generate(use_cache=True) and leaves the cache to the model: its own, where it makes one
-    make_cache = getattr(actor_module, "make_cache", None)
-    kv_cache = make_cache() if make_cache is not None else None
+    try:  # use_cache=True: the module's own KV cache
+        kv_cache = actor_module.make_cache()
+    except AttributeError:  # a module without one takes the whole sequence at every step
+        kv_cache = None
 
     response = [[] for _ in range(batch_size)]
     rollout_log_probs = [[] for _ in range(batch_size)]

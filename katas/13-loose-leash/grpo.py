@@ -955,10 +955,12 @@ if __name__ == "__main__":
     model = TinyLM(ModelConfig())
     task = SumTask()
 
-    # Load the dataset: 40 generation batches of 16 prompts, and seed the sampling, as `train(..., seed=0)` does
-    torch.manual_seed(0)
+    # Load the dataset: 40 generation batches of 16 prompts
     generator = torch.Generator().manual_seed(0)
     dataset = (task.sample_prompts(16, generator) for _ in range(40))
+
+    # Set seed again before training: the sampling draws from it
+    torch.manual_seed(0)
 
     # Initialize the GRPO trainer
     trainer = GRPOTrainer(

@@ -334,10 +334,11 @@ if __name__ == "__main__":
     config = {f.name: f.default for f in fields(GRPOConfig)}
     config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations)
     for arg in sys.argv[1:]:
-        assert arg.startswith('--') and '=' in arg, f"expected --key=value, got {arg}"
+        if not (arg.startswith('--') and '=' in arg):
+            sys.exit(f"expected --key=value, got {arg}")
         key, val = arg[2:].split('=', 1)
         if key not in config:
-            raise ValueError(f"Unknown config key: {key}")
+            sys.exit(f"Unknown config key: {key}")
         try:
             # attempt to eval it (e.g. if bool, number, or etc)
             attempt = literal_eval(val)
@@ -345,9 +346,16 @@ if __name__ == "__main__":
             # if that goes wrong, just use the string
             attempt = val
         # ensure the types match ok; a setting that is None by default is off, and takes a number
-        assert type(attempt) == type(config[key]) or config[key] is None, f"{key} takes a {type(config[key]).__name__}"
+        if type(attempt) != type(config[key]) and config[key] is not None:
+            sys.exit(f"{key} takes a {type(config[key]).__name__}, got {val}")
         print(f"Overriding: {key} = {attempt}")
         config[key] = attempt
     steps, batch_size, seed = config.pop("steps"), config.pop("batch_size"), config.pop("seed")
+    if min(steps, batch_size) < 1:
+        sys.exit("steps and batch_size must be at least 1")
+    try:
+        cfg = GRPOConfig(**config)
+    except ValueError as e:
+        sys.exit(str(e))
     torch.manual_seed(seed)
-    train(TinyLM(ModelConfig()), SumTask(), GRPOConfig(**config), steps=steps, batch_size=batch_size, seed=seed)
+    train(TinyLM(ModelConfig()), SumTask(), cfg, steps=steps, batch_size=batch_size, seed=seed)

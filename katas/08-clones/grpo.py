@@ -248,7 +248,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
 @torch.no_grad()
 def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> dict:
     """For the log, over the completion tokens of the batch: the mean KL, the largest |ratio - 1|, and the
-    share of tokens whose push the clip stopped (where eq. 3's min takes the clipped surrogate, strictly smaller)."""
+    share of tokens where eq. 3's min takes the clipped surrogate, strictly smaller."""
     keep = mask.bool()                                                    # (N, T)
     n = max(int(keep.sum()), 1)
     adv = advantages[:, None].expand_as(keep)[keep]                       # (M,) the completion tokens only
@@ -330,7 +330,7 @@ if __name__ == "__main__":
     steps = 40
     batch_size = 16 # B prompts per iteration, each completed group_size times
     seed = 0
-    num_iterations = 2 # mu in the paper; 1 is on-policy
+    num_iterations = 2
     # overrides from the command line, --key=value, as nanoGPT's configurator.py: a setting above or a GRPOConfig field
     config = {f.name: f.default for f in fields(GRPOConfig)}
     config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations)

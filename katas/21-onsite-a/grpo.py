@@ -151,9 +151,9 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
     idx = prompts.batch["input_ids"]  # (bs, prompt_length)
     attention_mask = prompts.batch["attention_mask"]
     batch_size = idx.size(0)
-    try:  # use_cache=True: the module's own KV cache
-        kv_cache = actor_module.make_cache()
-    except AttributeError:  # a module without one takes the whole sequence at every step
+    try:
+        kv_cache = actor_module.make_cache()  # use_cache=True
+    except AttributeError:
         kv_cache = None
 
     response = [[] for _ in range(batch_size)]

@@ -100,7 +100,7 @@ class GRPOConfig:
 
 @dataclass
 class Rollout:
-    input_ids: torch.Tensor # (N, P+T) prompt, then the sampled completion
+    input_ids: torch.Tensor # (N, P+T) the prompt tokens followed by the generated tokens
     attention_mask: torch.Tensor # (N, P+T)
     completion_mask: torch.Tensor # (N, T) the tokens that are trained on
     prompt_len: int # P
@@ -360,7 +360,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
         clip_fracs.append(clipped_count / num_completion_tokens)
         grad_norms.append(grad_norm.item())
 
-    # loss, KL and ratio as the first iteration saw them (before any update); the clip and the gradient as the last did
+    # Report loss, KL and ratio from iteration 0, while the model still equals pi_old; clip and grad norm from the final one
     return {"loss": losses[0], "kl": kls[0], "ratio_dev": ratio_devs[0], "clip_frac": clip_fracs[-1], "grad_norm": grad_norms[-1],
             "adv_std": advantages_all.std().item(), "completion_len": (targets_all >= 0).sum(dim=1).float().mean().item()}
 

@@ -191,7 +191,6 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)
     mask = rollout.completion_mask                                        # (N, T)
     N = mask.size(0)
-    # each micro step takes the next run of rows, the first N % k of them one row more; none is left empty
     gradient_accumulation_steps = min(cfg.grad_accum_steps, N)
     micro_batch_size, longer = divmod(N, gradient_accumulation_steps)
 
@@ -330,7 +329,7 @@ if __name__ == "__main__":
     batch_size = 16 # B prompts per iteration, each completed group_size times
     seed = 0
     num_iterations = 2
-    # overrides from the command line, --key=value, as nanoGPT's configurator.py: a setting above or a GRPOConfig field
+    # overrides from command line, --key=value: a setting above or a GRPOConfig field
     config = {f.name: f.default for f in fields(GRPOConfig)}
     config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations)
     for arg in sys.argv[1:]:

@@ -759,9 +759,9 @@ class PPOTrainer:
                                                  train_dataloader_generator)
 
     def _build_model_optimizer(self, role: str) -> tuple:
-        """(module, optimizer) of a role, each built from the weights the actor starts with, as fsdp_workers builds
-        the actor and the ref from one model path: the actor in DistributedDataParallel over the ranks, with its
-        optimizer; the ref a module of its own, with no optimizer and no gradient."""
+        """(module, optimizer) of a role, from the weights the actor starts with: the actor in
+        DistributedDataParallel over the ranks, with its optimizer; the ref a module of its own, with no optimizer
+        and no gradient."""
         if role == "ref":
             ref_module = copy.deepcopy(self.actor_module)
             ref_module.requires_grad_(False)
@@ -836,8 +836,8 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards: torch.Te
 
 
 def run_ppo(config: dict, log=print_metrics) -> list:
-    """main_ppo's TaskRunner.run, without ray: the trainer over the config's model and reward, its workers, then
-    fit. Returns each step's metrics."""
+    """Build the trainer over the config's model and reward, init its workers, then fit. Returns each step's
+    metrics."""
     tracking = Tracking(log)
     actor_rollout_ref = config["actor_rollout_ref"]
     trainer = PPOTrainer(actor_rollout_ref["grpo"], actor_rollout_ref["model"], config["reward_model"], tracking,

@@ -87,8 +87,8 @@ class GRPOConfig:
     is_cap: float | None = None # cap of the sampler importance weight (None = no correction)
 
     def __post_init__(self):
-        assert self.group_size >= 2, "group_size must be >= 2, a group of one has no baseline"
-        assert self.temperature > 0, "temperature must be > 0"
+        assert self.group_size >= 2, f"need at least 2 samples per prompt for a baseline, got group_size={self.group_size}"
+        assert self.temperature > 0, f"temperature must be > 0, got {self.temperature}"
         assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"unknown loss_type {self.loss_type}"
         assert self.scale_rewards in ("group", "batch", "none"), f"unknown scale_rewards {self.scale_rewards}"
         assert self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"

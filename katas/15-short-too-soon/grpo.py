@@ -110,7 +110,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
     return Rollout(idx, mask, completion_mask(idx[:, P:], eos_id), P, torch.cat(p_drawn, dim=1).log())
 
 # -----------------------------------------------------------------------------
-# 3) advantages
+# 2) advantages
 
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
     """(N,) -> (N,): each reward against the G rewards of its prompt, scaled as `scale` says: 'group',
@@ -123,7 +123,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
     return (centred / (std + eps)).view(-1)                               # (N,)
 
 # -----------------------------------------------------------------------------
-# 4) per-token log-probs of the sampled completion
+# 3) per-token log-probs of the sampled completion
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
     """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature.
@@ -136,7 +136,7 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
 
 
 # -----------------------------------------------------------------------------
-# 5) the KL penalty
+# 4) the KL penalty
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """(N, T) -> (N, T): Schulman's k3 estimator of KL(pi || pi_ref) on the sampled tokens,
@@ -145,7 +145,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1                           # (N, T)
 
 # -----------------------------------------------------------------------------
-# 6) the clipped surrogate loss
+# 5) the clipped surrogate loss
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
               num_tokens=None, sampler_logp=None) -> torch.Tensor:
@@ -181,7 +181,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
 
 
 # -----------------------------------------------------------------------------
-# 7) one update on a batch of rollouts
+# 6) one update on a batch of rollouts
 
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
     """One update on a batch of rollouts; returns the stats of the step. `policy` may be wrapped in
@@ -261,7 +261,7 @@ def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> d
             "clip_frac": clipped.sum().item() / n}
 
 # -----------------------------------------------------------------------------
-# 8) the training loop
+# 7) the training loop
 
 def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: int, log=None) -> list:
     """Reference = frozen deepcopy of the policy at the start; AdamW(lr); each step: B prompts from the task,

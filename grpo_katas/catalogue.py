@@ -36,18 +36,21 @@ class Codebase:
 CODEBASES = {c.name: c for c in [
     Codebase("paper", REFERENCE,
              "a train loop as nanoGPT's `train.py` writes one (`master_process`, the gradient-sync toggle while "
-             "accumulating, an `iter N: loss ..., time ...ms` line) over the paper's steps as small functions "
+             "accumulating, an `iter N: loss ..., time ...ms` line, `--key=value` overrides as its `configurator.py` "
+             "takes them: `python solutions/grpo.py --beta=0.1`) over the paper's steps as small functions "
              "(the reference)"),
     Codebase("trainer", ROOT / "solutions" / "codebases" / "trainer.py",
              "a trainer class whose `_prepare_inputs` buffers a generation batch and serves it in micro-batches "
-             "to `training_step`, the training loop stepping the optimizer, TRL's `GRPOTrainer`"),
+             "to `training_step`, the training loop stepping the optimizer, a reference from "
+             "`create_reference_model`, TRL's `GRPOTrainer`"),
     Codebase("script", ROOT / "solutions" / "codebases" / "script.py",
              "one script in nanochat's voice (a generator of batches, sampling with the KV cache, `print0` on "
              "rank 0, a comment at each step), nanochat's `scripts/chat_rl.py`"),
     Codebase("core", ROOT / "solutions" / "codebases" / "core.py",
              "core algorithms over a batch of rollouts (token-level scores, advantages grouped by a uuid per "
              "prompt) and an actor's staged update (mini- and micro-batches, global-batch loss normalizers), "
-             "verl's `core_algos.py` and `dp_actor.py`"),
+             "driven by a `PPOTrainer.fit` through an `ActorRolloutRefWorker` and launched as `main_ppo`'s "
+             "`main(config)`, verl's `core_algos.py`, `dp_actor.py` and `ray_trainer.py`"),
 ]}
 
 

@@ -178,6 +178,10 @@ def fresh_run(path, settings: dict) -> Run:
         torch.set_num_threads(threads)
 
 
+class Changed(RuntimeError):
+    """A file whose runs were being made changed on disk while they were made (a kata rebuilt mid-proof)."""
+
+
 class Store:
     """Runs by (path, settings) under one kernel path each, kept one file a run in `folder` (.cache/symptoms/):
     read from there unless `fresh`, else made by child processes under that path, which write them there as they
@@ -185,9 +189,18 @@ class Store:
 
     def __init__(self, folder: Path = CACHE, fresh: bool = False):
         self.folder, self.fresh, self.runs, self.skipped = Path(folder), fresh, {}, {}
+        self.planned = {}  # (path, settings, kernel name) -> the key its bytes had when fetch was asked for it
 
     def get(self, path, settings: dict, kernel_name: str) -> Run:
-        return self.runs[run_key(path, settings, kernel_name)]
+        key = run_key(path, settings, kernel_name)
+        if key not in self.runs and self.planned.get(self.spec(path, settings, kernel_name), key) != key:
+            raise Changed(f"{os.path.relpath(path, ROOT)} changed while its runs were made: run this again once "
+                          f"nothing is rebuilding it")
+        return self.runs[key]
+
+    @staticmethod
+    def spec(path, settings: dict, kernel_name: str) -> tuple:
+        return str(path), json.dumps(settings, sort_keys=True), kernel_name
 
     def fetch(self, wanted: dict, processes: int) -> None:
         """wanted: kernel name -> [(path, settings)]. Makes every run not yet at hand, the longest first, in up to
@@ -199,6 +212,7 @@ class Store:
                 continue
             for path, settings in specs:
                 key = run_key(path, settings, name)
+                self.planned[self.spec(path, settings, name)] = key
                 if key in self.runs or key in todo:
                     continue
                 if not self.fresh and self.load(key):
@@ -262,6 +276,8 @@ def compute_main(spec: str, folder: str, out: str, kernel_name: str, fresh: bool
             continue  # made meanwhile by another check sharing the folder
         start = cpu_seconds()
         run = fresh_run(path, settings)
+        if run_key(path, settings, kernel_name) != key:
+            continue  # the file changed under the run: its history is not the keyed bytes', and the parent says so
         with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
             json.dump({"loop": path, "settings": settings, "kernel": kernel_name, "history": run.history,
                        "crash": run.crash, "cpu_seconds": round(cpu_seconds() - start, 2)}, f)
@@ -582,6 +598,14 @@ def main(argv=None) -> int:
     if a.seeds and not a.katas and not a.check:
         p.error("name the katas first (python -m grpo_katas.symptoms 17 --seeds 0 1 2 3 4) or after -- "
                 "(--seeds 0 1 2 3 4 -- 17): --seeds takes every number after it")
+    try:
+        return answer(a)
+    except Changed as exc:
+        print(f"symptoms: {exc}", file=sys.stderr)
+        return 2
+
+
+def answer(a) -> int:
     katas = [find_kata(n) for n in a.katas] if a.katas else load_katas()
     if a.check:
         found = check(katas, a.processes, a.seeds, a.kernels, a.fresh, log=print)

@@ -281,6 +281,10 @@ def judge(targets: dict, seeds, processes: int, cache: VerdictCache) -> tuple:
             runs[s].update(dict.fromkeys(names, verdicts))
     fresh, problems, clean = run_matrix({n: targets[n] for n in todo.values()}, seeds, processes)
     for key, name in todo.items():
+        if cache.key(targets[name]) != key:  # rebuilt while judged: its verdicts are of bytes no key names
+            problems.append(f"{name}: its file changed while it was judged: run verify again once nothing is "
+                            f"rebuilding it")
+            clean = [n for n in clean if n != name]
         for s in seeds:
             if name in fresh[s]:
                 runs[s].update(dict.fromkeys(same[key], fresh[s][name]))
@@ -406,7 +410,10 @@ def symptom_problems(katas, processes: int, seeds=None, kernels=None) -> list:
     each symptom must hold at all but one in five of them (4 of 0-4). kernels None: this process's CPU kernel path;
     otherwise the brief's seed is checked under each (("default", "avx2"), "avx512" where the CPU has it)."""
     from grpo_katas import symptoms
-    return symptoms.check(katas, processes, seeds, kernels, log=print)
+    try:
+        return symptoms.check(katas, processes, seeds, kernels, log=print)
+    except symptoms.Changed as exc:
+        return [f"symptoms: {exc}"]
 
 
 def catalogue_rules(bugs, katas, problems) -> None:

@@ -193,6 +193,34 @@ def test_a_second_check_makes_no_run_again(tmp_path, monkeypatch):
     assert len(made) == 4
 
 
+def test_a_file_rebuilt_while_its_runs_were_made_is_named_not_a_traceback(tmp_path, monkeypatch):
+    loop = tmp_path / "grpo.py"
+    loop.write_bytes(find_kata(1).loop.read_bytes())
+    settings = find_kata(1).run
+
+    def compute(self, name, chunk, todo):  # the kata is rebuilt while its run is made
+        loop.write_bytes(loop.read_bytes() + b"\n")
+        for key in chunk:
+            (self.folder / f"{key}.json").write_text(json.dumps({"history": [{"kl": 1.0}], "crash": None}))
+    monkeypatch.setattr(Store, "compute", compute)
+    store = Store(tmp_path)
+    store.fetch({"default": [(loop, settings)]}, processes=1)
+    with pytest.raises(symptoms.Changed, match="grpo.py changed while its runs were made"):
+        store.get(loop, settings, "default")
+
+
+def test_a_child_keeps_no_run_under_a_key_its_file_no_longer_has(tmp_path, monkeypatch):
+    loop = tmp_path / "grpo.py"
+    loop.write_bytes(find_kata(1).loop.read_bytes())
+    settings = {**find_kata(1).run, "steps": 1}
+    key = run_key(loop, settings, symptoms.kernel())
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps([[key, str(loop), settings]]))
+    monkeypatch.setattr(symptoms, "fresh_run", lambda path, st: loop.write_text("# rebuilt") or symptoms.Run([], None))
+    symptoms.compute_main(str(spec), str(tmp_path), str(tmp_path / "kernel"), symptoms.kernel())
+    assert not (tmp_path / f"{key}.json").exists()
+
+
 def test_a_run_is_kept_under_its_code_settings_kernel_path_and_cpu(tmp_path):
     kata = find_kata(1)
     key = run_key(kata.loop, kata.run, "avx2")

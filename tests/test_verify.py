@@ -69,6 +69,23 @@ def test_the_verdicts_of_a_judge_that_saw_a_hang_are_not_kept(tmp_path, files, m
     assert calls == [["a", "c"], ["c"]]
 
 
+def test_a_target_rebuilt_while_it_was_judged_is_named_and_its_verdicts_not_kept(tmp_path, files, monkeypatch):
+    calls, matrix = [], fake_matrix([])
+
+    def rebuilt_meanwhile(targets, seeds, processes):
+        found = matrix(targets, seeds, processes)
+        files["c"].write_text("pass, rebuilt")
+        return found
+    monkeypatch.setattr(verify, "run_matrix", rebuilt_meanwhile)
+    cache = verify.VerdictCache(tmp_path / "cache")
+    _, problems, _, _ = verify.judge(files, (0,), 2, cache)
+    assert problems == ["c: its file changed while it was judged: run verify again once nothing is rebuilding it"]
+    files["c"].write_text("fail")
+    monkeypatch.setattr(verify, "run_matrix", fake_matrix(calls))
+    verify.judge(files, (0,), 2, cache)
+    assert calls == [["c"]]  # judged again: nothing was kept under the bytes it was judged as
+
+
 def test_the_key_changes_with_the_target_and_every_judge_file_and_nothing_else(repo, tmp_path):
     def key():
         return verify.VerdictCache(tmp_path, source=repo).key(repo / "katas" / "01-kl-creep" / "grpo.py")

@@ -191,9 +191,17 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
         "responses": response,
         "input_ids": torch.cat([idx, response], dim=-1),
         "attention_mask": torch.cat((attention_mask, response_attention_mask), dim=-1),
-        "response_mask": get_response_mask(response_id=response, eos_token=eos_token_id, dtype=torch.float32),
         "rollout_log_probs": rollout_log_probs,
     })
+
+
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """The attention mask of the response part of the sequence, (bs, response_length): the tokens that the loss
+    and every per-token computation apply to."""
+    responses = data.batch["responses"]
+    response_length = responses.size(1)
+    attention_mask = data.batch["attention_mask"]
+    return attention_mask[:, -response_length:]
 
 
 def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None) -> Rollout:
@@ -201,7 +209,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
     output = generate_sequences(policy, prompts.repeat(repeat_times=cfg.group_size), cfg, eos_token_id=eos_id,
                                 pad_token_id=pad_id, generator=generator)
     return Rollout(input_ids=output.batch["input_ids"], attention_mask=output.batch["attention_mask"],
-                   completion_mask=output.batch["response_mask"], prompt_len=prompt_ids.shape[1],
+                   completion_mask=compute_response_mask(output), prompt_len=prompt_ids.shape[1],
                    sampler_logp=output.batch["rollout_log_probs"])
 
 
@@ -788,6 +796,7 @@ class PPOTrainer:
             # generate a batch: rollout.n responses to each prompt, the responses of a prompt sharing its uid
             batch = self.actor_rollout_wg.generate_sequences(batch.repeat(repeat_times=self.config.group_size))
             batch.non_tensor_batch["uid"] = assign_uid(len(batch), self.config.group_size)
+            batch.batch["response_mask"] = compute_response_mask(batch)
 
             # reward: the score of each response
             reward_tensor = self._compute_scores(batch)

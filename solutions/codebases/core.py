@@ -21,6 +21,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
@@ -567,7 +568,7 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
     on_policy = len(mini_batches) == 1 and cfg.num_iterations == 1
 
     metrics = defaultdict(list)
-    for _ in range(cfg.num_iterations):
+    for epoch in range(cfg.num_iterations):
         for mini_batch in mini_batches:
             micro_batches = mini_batch.chunk(cfg.grad_accum_steps)
             response_mask = mini_batch.batch["response_mask"]
@@ -596,9 +597,13 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
                 mini_batch_metrics["actor/ppo_ratio_dev"] = max(mini_batch_metrics["actor/ppo_ratio_dev"],
                                                                 micro_batch_metrics["actor/ppo_ratio_dev"])
 
+            if epoch == 0:  # pi_old's own loss, kl and ratio: no step has moved the policy yet
+                append_to_dict(metrics, {key: mini_batch_metrics[key] for key in
+                                         ("actor/loss", "actor/kl", "actor/ppo_ratio_dev")})
             grad_norm = _optimizer_step(actor_module, actor_optimizer, cfg)
-            mini_batch_metrics["actor/grad_norm"] = grad_norm.item()
-            append_to_dict(metrics, mini_batch_metrics)
+            if epoch == cfg.num_iterations - 1:  # the clip fraction and grad norm of the last step
+                append_to_dict(metrics, {"actor/pg_clipfrac": mini_batch_metrics["actor/pg_clipfrac"],
+                                         "actor/grad_norm": grad_norm.item()})
     actor_optimizer.zero_grad()
     return metrics
 
@@ -608,11 +613,10 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
 
 
 def reduce_metrics(metrics: dict) -> dict:
-    """One value per actor metric from update_policy's lists (an entry per optimizer step): the loss, the KL and
-    the ratio's deviation from the first, taken before any step moved the policy off pi_old; the clip fraction and
-    the grad norm from the last."""
-    first, last = ("actor/loss", "actor/kl", "actor/ppo_ratio_dev"), ("actor/pg_clipfrac", "actor/grad_norm")
-    return {**{key: metrics[key][0] for key in first}, **{key: metrics[key][-1] for key in last}}
+    """Reduces a dictionary of metric lists by computing the mean of each list."""
+    for key, val in metrics.items():
+        metrics[key] = np.mean(val)
+    return metrics
 
 
 def compute_data_metrics(batch: DataProto) -> dict:

@@ -112,9 +112,9 @@ class DataProto:
         return self
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:
     valid_values = torch.where(mask.bool(), values, 0.0)
-    return (valid_values * mask).sum()
+    return (valid_values * mask).sum(axis=axis)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -374,10 +374,12 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
 
     if kl_penalty in ("k3", "low_var_kl"):
         kl = ref_logprob - logprob
+        # For numerical stability
+        kl = torch.clamp(kl, min=-20, max=20)
+        kld = torch.exp(kl) - kl - 1
         if kl_penalty == "low_var_kl":
-            kl = torch.clamp(kl, min=-20, max=20)
-            return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
-        return torch.exp(kl) - kl - 1
+            return torch.clamp(kld, min=-10, max=10)
+        return kld
 
     raise NotImplementedError(f"kl_penalty {kl_penalty}")
 
@@ -407,13 +409,13 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
         loss = masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
     elif loss_agg_mode == "seq-mean-token-mean":
         seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
-        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+        seq_losses = masked_sum(loss_mat, loss_mask, axis=-1) / (seq_mask + 1e-8)  # token-mean
         seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
         if global_batch_size is None:
             global_batch_size = seq_mask.sum()
         loss = masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
     elif loss_agg_mode == "seq-mean-token-sum-norm":
-        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
+        seq_losses = masked_sum(loss_mat, loss_mask, axis=-1)
         if loss_scale_factor is None:
             loss_scale_factor = loss_mask.shape[-1]
         loss = torch.sum(seq_losses) / loss_scale_factor
@@ -521,16 +523,15 @@ def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batc
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *, num_tokens=None,
               sampler_logp=None) -> torch.Tensor:
     response_mask = completion_mask.bool()
-    log_prob = logp.masked_fill(~response_mask, 0.0)
     data = {
         "response_mask": response_mask,
-        "old_log_probs": old_logp.masked_fill(~response_mask, 0.0),
-        "ref_log_prob": ref_logp.masked_fill(~response_mask, 0.0),
+        "old_log_probs": old_logp,
+        "ref_log_prob": ref_logp,
         "advantages": advantages.unsqueeze(-1) * response_mask,  # (bs, response_length)
         "rollout_log_probs": sampler_logp,
     }
     batch_info = global_batch_info(cfg, response_mask, num_tokens)
-    policy_loss, _ = ppo_loss(cfg, log_prob, data["old_log_probs"], data, batch_info)
+    policy_loss, _ = ppo_loss(cfg, logp, old_logp, data, batch_info)
     return policy_loss
 
 

@@ -23,7 +23,7 @@ from typing import Optional
 
 import numpy as np
 import torch
-import torch.distributed as dist
+import torch.distributed
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -540,6 +540,20 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
 # actor
 
 
+def get_data_parallel_rank() -> int:
+    """This process's rank among the data-parallel ranks: 0 when torch.distributed is not initialized."""
+    if not torch.distributed.is_initialized():
+        return 0
+    return torch.distributed.get_rank()
+
+
+def get_data_parallel_size() -> int:
+    """How many data-parallel ranks there are: 1 when torch.distributed is not initialized."""
+    if not torch.distributed.is_initialized():
+        return 1
+    return torch.distributed.get_world_size()
+
+
 def append_to_dict(data: dict, new_data: dict) -> None:
     for key, val in new_data.items():
         data[key].append(val)
@@ -551,8 +565,7 @@ def _optimizer_step(actor_module, actor_optimizer, cfg: GRPOConfig) -> torch.Ten
 
     # if grad_norm is not finite, skip the update
     if not torch.isfinite(grad_norm):
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        print(f"WARN: rank {rank} grad_norm is not finite: {grad_norm}")
+        print(f"WARN: rank {get_data_parallel_rank()} grad_norm is not finite: {grad_norm}")
         actor_optimizer.zero_grad()
     else:
         actor_optimizer.step()
@@ -562,7 +575,7 @@ def _optimizer_step(actor_module, actor_optimizer, cfg: GRPOConfig) -> torch.Ten
 def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfig) -> dict:
     actor_module.train()
     temperature = data.meta_info["temperature"]
-    dp_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    dp_size = get_data_parallel_size()
 
     # one mini-batch, the whole batch: one optimizer step per epoch
     mini_batches = data.chunk(1)
@@ -574,7 +587,7 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
             response_mask = mini_batch.batch["response_mask"]
             batch_num_tokens = response_mask.sum().float()
             if dp_size > 1:
-                dist.all_reduce(batch_num_tokens)
+                torch.distributed.all_reduce(batch_num_tokens, op=torch.distributed.ReduceOp.SUM)
             batch_info = global_batch_info(cfg, response_mask, batch_num_tokens, dp_size)
             # with the global batch's normalizers the micro-batch losses add up; without, they are averaged
             loss_scale_factor = 1.0 if batch_info else 1 / cfg.grad_accum_steps
@@ -751,8 +764,7 @@ class PPOTrainer:
         self.logger = logger
         self.total_training_steps = total_training_steps
         self.seed = seed
-        distributed = dist.is_available() and dist.is_initialized()
-        self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+        self.rank, self.world_size = get_data_parallel_rank(), get_data_parallel_size()
         self.device = next(actor_module.parameters()).device
         self._create_dataloader(train_batch_size)
 

@@ -21,8 +21,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
+import numpy as np
 import torch
-import torch.distributed as dist
+import torch.distributed
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -111,9 +112,9 @@ class DataProto:
         return self
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis=None) -> torch.Tensor:
     valid_values = torch.where(mask.bool(), values, 0.0)
-    return (valid_values * mask).sum()
+    return (valid_values * mask).sum(axis=axis)
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -191,9 +192,17 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
         "responses": response,
         "input_ids": torch.cat([idx, response], dim=-1),
         "attention_mask": torch.cat((attention_mask, response_attention_mask), dim=-1),
-        "response_mask": get_response_mask(response_id=response, eos_token=eos_token_id, dtype=torch.float32),
         "rollout_log_probs": rollout_log_probs,
     })
+
+
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """The attention mask of the response part of the sequence, (bs, response_length): the tokens that the loss
+    and every per-token computation apply to."""
+    responses = data.batch["responses"]
+    response_length = responses.size(1)
+    attention_mask = data.batch["attention_mask"]
+    return attention_mask[:, -response_length:]
 
 
 def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None) -> Rollout:
@@ -201,7 +210,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
     output = generate_sequences(policy, prompts.repeat(repeat_times=cfg.group_size), cfg, eos_token_id=eos_id,
                                 pad_token_id=pad_id, generator=generator)
     return Rollout(input_ids=output.batch["input_ids"], attention_mask=output.batch["attention_mask"],
-                   completion_mask=output.batch["response_mask"], prompt_len=prompt_ids.shape[1],
+                   completion_mask=compute_response_mask(output), prompt_len=prompt_ids.shape[1],
                    sampler_logp=output.batch["rollout_log_probs"])
 
 
@@ -365,10 +374,12 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
 
     if kl_penalty in ("k3", "low_var_kl"):
         kl = ref_logprob - logprob
+        # For numerical stability
+        kl = torch.clamp(kl, min=-20, max=20)
+        kld = torch.exp(kl) - kl - 1
         if kl_penalty == "low_var_kl":
-            kl = torch.clamp(kl, min=-20, max=20)
-            return torch.clamp(torch.exp(kl) - kl - 1, min=-10, max=10)
-        return torch.exp(kl) - kl - 1
+            return torch.clamp(kld, min=-10, max=10)
+        return kld
 
     raise NotImplementedError(f"kl_penalty {kl_penalty}")
 
@@ -398,13 +409,13 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
         loss = masked_sum(loss_mat, loss_mask) / batch_num_tokens * dp_size
     elif loss_agg_mode == "seq-mean-token-mean":
         seq_mask = torch.sum(loss_mask, dim=-1)  # per-sequence token count
-        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1) / (seq_mask + 1e-8)  # token-mean
+        seq_losses = masked_sum(loss_mat, loss_mask, axis=-1) / (seq_mask + 1e-8)  # token-mean
         seq_mask = (seq_mask > 0).float()  # exclude fully masked sequences
         if global_batch_size is None:
             global_batch_size = seq_mask.sum()
         loss = masked_sum(seq_losses, seq_mask) / global_batch_size * dp_size  # seq-mean
     elif loss_agg_mode == "seq-mean-token-sum-norm":
-        seq_losses = torch.sum(loss_mat * loss_mask, dim=-1)
+        seq_losses = masked_sum(loss_mat, loss_mask, axis=-1)
         if loss_scale_factor is None:
             loss_scale_factor = loss_mask.shape[-1]
         loss = torch.sum(seq_losses) / loss_scale_factor
@@ -512,21 +523,34 @@ def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batc
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *, num_tokens=None,
               sampler_logp=None) -> torch.Tensor:
     response_mask = completion_mask.bool()
-    log_prob = logp.masked_fill(~response_mask, 0.0)
     data = {
         "response_mask": response_mask,
-        "old_log_probs": old_logp.masked_fill(~response_mask, 0.0),
-        "ref_log_prob": ref_logp.masked_fill(~response_mask, 0.0),
+        "old_log_probs": old_logp,
+        "ref_log_prob": ref_logp,
         "advantages": advantages.unsqueeze(-1) * response_mask,  # (bs, response_length)
         "rollout_log_probs": sampler_logp,
     }
     batch_info = global_batch_info(cfg, response_mask, num_tokens)
-    policy_loss, _ = ppo_loss(cfg, log_prob, data["old_log_probs"], data, batch_info)
+    policy_loss, _ = ppo_loss(cfg, logp, old_logp, data, batch_info)
     return policy_loss
 
 
 # ---------------------------------------------------------------------------------------------------------------
 # actor
+
+
+def get_data_parallel_rank() -> int:
+    """This process's rank among the data-parallel ranks: 0 when torch.distributed is not initialized."""
+    if not torch.distributed.is_initialized():
+        return 0
+    return torch.distributed.get_rank()
+
+
+def get_data_parallel_size() -> int:
+    """How many data-parallel ranks there are: 1 when torch.distributed is not initialized."""
+    if not torch.distributed.is_initialized():
+        return 1
+    return torch.distributed.get_world_size()
 
 
 def append_to_dict(data: dict, new_data: dict) -> None:
@@ -540,8 +564,7 @@ def _optimizer_step(actor_module, actor_optimizer, cfg: GRPOConfig) -> torch.Ten
 
     # if grad_norm is not finite, skip the update
     if not torch.isfinite(grad_norm):
-        rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-        print(f"WARN: rank {rank} grad_norm is not finite: {grad_norm}")
+        print(f"WARN: rank {get_data_parallel_rank()} grad_norm is not finite: {grad_norm}")
         actor_optimizer.zero_grad()
     else:
         actor_optimizer.step()
@@ -551,7 +574,7 @@ def _optimizer_step(actor_module, actor_optimizer, cfg: GRPOConfig) -> torch.Ten
 def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfig) -> dict:
     actor_module.train()
     temperature = data.meta_info["temperature"]
-    dp_size = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+    dp_size = get_data_parallel_size()
 
     # one mini-batch, the whole batch: one optimizer step per epoch
     mini_batches = data.chunk(1)
@@ -559,7 +582,7 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
     on_policy = len(mini_batches) == 1 and cfg.num_iterations == 1
 
     metrics = defaultdict(list)
-    for _ in range(cfg.num_iterations):
+    for epoch in range(cfg.num_iterations):
         for mini_batch in mini_batches:
             micro_batches = mini_batch.chunk(cfg.grad_accum_steps)
             response_mask = mini_batch.batch["response_mask"]
@@ -585,9 +608,13 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
                 mini_batch_metrics["actor/ppo_ratio_dev"] = max(mini_batch_metrics["actor/ppo_ratio_dev"],
                                                                 micro_batch_metrics["actor/ppo_ratio_dev"])
 
+            if epoch == 0:  # pi_old's own loss, kl and ratio: no step has moved the policy yet
+                append_to_dict(metrics, {key: mini_batch_metrics[key] for key in
+                                         ("actor/loss", "actor/kl", "actor/ppo_ratio_dev")})
             grad_norm = _optimizer_step(actor_module, actor_optimizer, cfg)
-            mini_batch_metrics["actor/grad_norm"] = grad_norm.item()
-            append_to_dict(metrics, mini_batch_metrics)
+            if epoch == cfg.num_iterations - 1:  # the clip fraction and grad norm of the last step
+                append_to_dict(metrics, {"actor/pg_clipfrac": mini_batch_metrics["actor/pg_clipfrac"],
+                                         "actor/grad_norm": grad_norm.item()})
     actor_optimizer.zero_grad()
     return metrics
 
@@ -597,11 +624,10 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
 
 
 def reduce_metrics(metrics: dict) -> dict:
-    """One value per actor metric from update_policy's lists (an entry per optimizer step): the loss, the KL and
-    the ratio's deviation from the first, taken before any step moved the policy off pi_old; the clip fraction and
-    the grad norm from the last."""
-    first, last = ("actor/loss", "actor/kl", "actor/ppo_ratio_dev"), ("actor/pg_clipfrac", "actor/grad_norm")
-    return {**{key: metrics[key][0] for key in first}, **{key: metrics[key][-1] for key in last}}
+    """Reduces a dictionary of metric lists by computing the mean of each list."""
+    for key, val in metrics.items():
+        metrics[key] = np.mean(val)
+    return metrics
 
 
 def compute_data_metrics(batch: DataProto) -> dict:
@@ -736,8 +762,7 @@ class PPOTrainer:
         self.logger = logger
         self.total_training_steps = total_training_steps
         self.seed = seed
-        distributed = dist.is_available() and dist.is_initialized()
-        self.rank, self.world_size = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
+        self.rank, self.world_size = get_data_parallel_rank(), get_data_parallel_size()
         self.device = next(actor_module.parameters()).device
         self._create_dataloader(train_batch_size)
 
@@ -788,6 +813,7 @@ class PPOTrainer:
             # generate a batch: rollout.n responses to each prompt, the responses of a prompt sharing its uid
             batch = self.actor_rollout_wg.generate_sequences(batch.repeat(repeat_times=self.config.group_size))
             batch.non_tensor_batch["uid"] = assign_uid(len(batch), self.config.group_size)
+            batch.batch["response_mask"] = compute_response_mask(batch)
 
             # reward: the score of each response
             reward_tensor = self._compute_scores(batch)

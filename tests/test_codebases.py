@@ -7,9 +7,11 @@ Every contract function of every codebase is compared with the reference on seed
 and NaN planted where the completion mask is 0. The reference alone is then held to two properties of
 gradient accumulation, and each implementation's grpo_loss to a transcription of TRL's GRPOTrainer._compute_loss.
 """
+import ast
 import copy
 import itertools
 import math
+import sys
 
 import pytest
 import torch
@@ -400,6 +402,18 @@ def test_grpo_loss_matches_trls_compute_loss():
         got = impl.grpo_loss(logp, old, ref, adv, mask, cfg, num_tokens=torch.tensor(40.0), sampler_logp=sampler)
         assert math.isclose(got.item(), want.item(), rel_tol=1e-12)
 
+
+
+@pytest.mark.parametrize("path", [ROOT / "solutions" / "grpo.py", *sorted((ROOT / "solutions" / "codebases").glob("*.py")),
+                                  *sorted((ROOT / "katas").glob("*/grpo.py"))], ids=lambda p: p.parent.name + "/" + p.name)
+def test_a_codebase_imports_only_what_make_setup_installs(path):
+    """The standard library, torch and lab: numpy comes only with the optional extras (transformers), so a loop
+    that imports it runs here and dies on a candidate's fresh set-up."""
+    tree = ast.parse(path.read_text())
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
+    foreign = sorted(n for n in names if n.split(".")[0] not in sys.stdlib_module_names | {"torch", "lab"})
+    assert not foreign, f"{path.relative_to(ROOT)} imports {foreign}"
 
 if __name__ == "__main__":
     print(f"{'loss_type':10s} {'TRL':>12s} " + " ".join(f"{n:>12s}" for n in IMPLEMENTATIONS))

@@ -21,7 +21,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Optional
 
-import numpy as np
 import torch
 import torch.distributed
 from torch.nn.parallel import DistributedDataParallel
@@ -628,7 +627,7 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
 def reduce_metrics(metrics: dict) -> dict:
     """Reduces a dictionary of metric lists by computing the mean of each list."""
     for key, val in metrics.items():
-        metrics[key] = np.mean(val)
+        metrics[key] = sum(val) / len(val)
     return metrics
 
 

@@ -3,12 +3,13 @@ Reinforcement learning on a toy task via GRPO.
 
 Group Relative Policy Optimization (DeepSeekMath): sample a group of completions per prompt, score them, use the
 group as its own baseline, and take clipped policy-gradient steps with a KL penalty to a frozen reference model.
-Out of the box it is the paper's recipe. The knobs people turn, with the names TRL gives them:
+Out of the box it is the paper's recipe, and unlike a plain REINFORCE loop it keeps all of it: the PPO ratio+clip,
+the KL penalty, and the advantage divided by the group's std. What can be changed, and how:
 
 1) loss_type: how the per-token objective becomes one number (grpo, bnpo, dr_grpo, dapo).
 2) scale_rewards: what the centred rewards are divided by (group, batch, or none as in Dr. GRPO).
-3) clip_eps_high: DAPO's clip-higher.
-4) is_cap: importance sampling for a sampler that is not exactly the policy (TRL's vLLM correction).
+3) clip_eps_high: DAPO's clip-higher, a wider clip above the ratio than below it.
+4) is_cap: importance weights capped at is_cap, for a sampler that is not exactly pi_old (another engine, precision).
 5) grad_accum_steps: the batch goes through the model in that many passes.
 
 1 process:
@@ -87,11 +88,11 @@ class GRPOConfig:
     is_cap: float | None = None # cap of the sampler importance weight (None = no correction)
 
     def __post_init__(self):
-        assert self.group_size >= 2, f"need at least 2 samples per prompt for a baseline, got group_size={self.group_size}"
-        assert self.temperature > 0, f"temperature must be > 0, got {self.temperature}"
-        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"unknown loss_type {self.loss_type}"
-        assert self.scale_rewards in ("group", "batch", "none"), f"unknown scale_rewards {self.scale_rewards}"
-        assert self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"
+        assert self.group_size >= 2, f"Each example is compared with its own samples, so it needs 2 or more: {self.group_size}"
+        assert self.temperature > 0, f"Sampling needs a temperature above zero (no greedy decoding here): {self.temperature}"
+        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"Expected grpo|bnpo|dr_grpo|dapo for the loss: {self.loss_type}"
+        assert self.scale_rewards in ("group", "batch", "none"), f"Expected group|batch|none for the reward scaling: {self.scale_rewards}"
+        assert self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}"
 
     @property
     def clip_range(self):

@@ -127,18 +127,24 @@ def sample_next_token(logits, rng, temperature):
     next_ids = torch.multinomial(probs, num_samples=1, generator=rng) # (B, 1)
     return next_ids, probs.gather(1, next_ids).log()
 
+class RowState:
+    # Per-row state tracking during generation
+    def __init__(self):
+        self.completed = False # Whether this row has completed generation (it has sampled its eos)
+
 @torch.no_grad()
 def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
-    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), each (N, 1), where the mask
-    # says whether the token was sampled (1) or forced (0): once a row has completed, pad is forced into it
+    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), lists with one entry per row,
+    # where the mask says whether the token was sampled (1) or forced (0): once a row has completed, pad is forced
+    device = input_ids.device
 
     # 1) Prefill: one forward pass over the prompts, which also fills the KV cache if the model keeps one
     kv_cache = model.make_cache() if hasattr(model, "make_cache") else None
     kv_model_kwargs = {} if kv_cache is None else {"cache": kv_cache}
     logits = model(input_ids, attention_mask, **kv_model_kwargs)[:, -1, :] # (N, V)
 
-    # 2) Initialize the state of each row: it has completed once it has sampled its eos
-    row_completed = torch.zeros(input_ids.size(0), 1, dtype=torch.bool, device=input_ids.device) # (N, 1)
+    # 2) Initialize states for each row
+    row_states = [RowState() for _ in range(input_ids.size(0))]
 
     # 3) Main generation loop
     num_generated = 0
@@ -147,27 +153,37 @@ def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
         if num_generated >= cfg.max_new_tokens:
             break
         # Stop condition: all rows are completed
-        if row_completed.all():
+        if all(state.completed for state in row_states):
             break
 
-        # Sample the next token for each row
+        # Sample the next token for each row, with the log-prob it was drawn with
         next_ids, next_logprobs = sample_next_token(logits, rng, cfg.temperature) # (N, 1) each
+        sampled_tokens = next_ids[:, 0].tolist()
 
-        # Process each row: a completed row is forced to pad (mask 0), the others take their sample (mask 1)
-        token_column = next_ids.masked_fill(row_completed, pad_id) # (N, 1)
-        token_masks = (~row_completed).to(attention_mask.dtype) # (N, 1)
-        # On eos, mark the row as completed
-        row_completed = row_completed | (token_column == eos_id)
+        # Process each row: choose the next token, update state
+        token_column = [] # contains the next token id along each row
+        token_masks = [] # contains the mask (was it sampled (1) or forced (0)?) along each row
+        for i, state in enumerate(row_states):
+            # A completed row has nothing left to say: pad is forced into it
+            is_forced = state.completed
+            token_masks.append(0 if is_forced else 1) # mask is 0 if forced, 1 if sampled
+            next_token = pad_id if is_forced else sampled_tokens[i]
+            token_column.append(next_token)
+            # On eos, mark the row as completed
+            if next_token == eos_id:
+                state.completed = True
 
         # Yield the token column
-        yield token_column, token_masks, next_logprobs
+        yield token_column, token_masks, next_logprobs[:, 0].tolist()
         num_generated += 1
 
         # Prepare logits for next iteration: the forced pad is not attended to; with a KV cache only the new column
         # goes through the model
-        input_ids = torch.cat([input_ids, token_column], dim=1)
-        attention_mask = torch.cat([attention_mask, token_masks], dim=1)
-        new_ids = input_ids if kv_cache is None else token_column
+        ids = torch.tensor(token_column, dtype=torch.long, device=device).unsqueeze(1) # (N, 1)
+        masks = torch.tensor(token_masks, dtype=attention_mask.dtype, device=device).unsqueeze(1) # (N, 1)
+        input_ids = torch.cat([input_ids, ids], dim=1)
+        attention_mask = torch.cat([attention_mask, masks], dim=1)
+        new_ids = input_ids if kv_cache is None else ids
         logits = model(new_ids, attention_mask, **kv_model_kwargs)[:, -1, :] # (N, V)
 
 def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=None):
@@ -183,11 +199,13 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
         token_columns.append(token_column)
         mask_columns.append(token_masks)
         logprob_columns.append(token_logprobs)
-    completion_ids = torch.cat(token_columns, dim=1) # (N, T)
-    masks = torch.cat(mask_columns, dim=1) # (N, T)
+    # Stack up the columns into PyTorch tensors, one row per sample
+    device = input_ids.device
+    completion_ids = torch.tensor(token_columns, dtype=torch.long, device=device).T # (N, T)
+    masks = torch.tensor(mask_columns, dtype=attention_mask.dtype, device=device).T # (N, T)
 
     # The forced pad was never drawn, so it has no log-prob (0), and nothing attends to it
-    sampler_logp = torch.cat(logprob_columns, dim=1) * masks # (N, T)
+    sampler_logp = torch.tensor(logprob_columns, dtype=torch.float, device=device).T * masks # (N, T)
     return Rollout(input_ids=torch.cat([input_ids, completion_ids], dim=1),
                    attention_mask=torch.cat([attention_mask, masks], dim=1),
                    completion_mask=completion_mask(completion_ids, eos_id),

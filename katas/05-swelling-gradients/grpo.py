@@ -258,18 +258,23 @@ def kl_penalty(logp, ref_logp):
 
 def ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp=None):
     # The objective of every token, (B, L): PPO's clipped surrogate less the KL penalty. An ignored token comes in with
-    # log-probs of 0, so its ratio is 1 and its KL 0
+    # log-probs of 0, so its ratio is 1 and its KL 0. The ratio, the clipped ratio and the KL come back too, for logging
     ratio = torch.exp(logp - old_logp) # (B, L)
     advantages = advantages.unsqueeze(-1)
     # PPO's clip, on the side each sample's advantage pushes its ratio: up to ratio_max for a good sample, down to
     # ratio_min for a bad one, and no further
     ratio_min, ratio_max = cfg.clip_range
-    pg_obj = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) * advantages # (B, L)
-    # Truncated importance sampling, for a sampler that is not exactly pi_old (another engine, another precision)
-    if cfg.is_cap is not None and sampler_logp is not None:
-        pg_obj = pg_obj * (old_logp - sampler_logp).exp().clamp(max=cfg.is_cap)
+    clipped_ratio = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) # (B, L)
+    pg_obj = clipped_ratio * advantages # (B, L)
+    # Truncated importance sampling, for a sampler that is not exactly pi_old (another engine, another precision). It
+    # takes a cap (is_cap) and the log-probs the sampler drew each token with; without either, no correction
+    use_importance_weights = cfg.is_cap is not None and sampler_logp is not None
+    if use_importance_weights:
+        importance_weights = (old_logp - sampler_logp).exp().clamp(max=cfg.is_cap) # (B, L)
+        pg_obj = pg_obj * importance_weights
     # The KL penalty, against the reference model
-    return pg_obj - cfg.beta * kl_penalty(logp, ref_logp)
+    kl = kl_penalty(logp, ref_logp) # (B, L)
+    return pg_obj - cfg.beta * kl, ratio, clipped_ratio, kl
 
 def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
     # One pass's share of the batch's objective, as loss_type says: the batch has num_samples samples holding num_tokens
@@ -286,10 +291,12 @@ def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None):
     # The loss of one pass over a whole batch. The positions under the mask are ignored targets: their log-probs are 0
     valid = completion_mask > 0 # (N, T)
-    logp, old_logp, ref_logp = logp.masked_fill(~valid, 0.0), old_logp.masked_fill(~valid, 0.0), ref_logp.masked_fill(~valid, 0.0)
+    logp, old_logp, ref_logp = logp.clone(), old_logp.clone(), ref_logp.clone() # clone to avoid in-place modification:
+    logp[~valid], old_logp[~valid], ref_logp[~valid] = 0.0, 0.0, 0.0 # <-- inplace modification right here
     if sampler_logp is not None:
-        sampler_logp = sampler_logp.masked_fill(~valid, 0.0)
-    pg_obj = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
+        sampler_logp = sampler_logp.clone()
+        sampler_logp[~valid] = 0.0
+    pg_obj, _, _, _ = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
     num_tokens = valid.sum().clamp(min=1) if num_tokens is None else num_tokens
     # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
     return -normalize(pg_obj, valid, cfg, valid.size(0), 1, num_tokens)
@@ -304,7 +311,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     attention_mask_all = rollout.attention_mask[:, :-1] # (N, P+T-1)
     # The sampler's log-probs line up with the targets, and are 0 where those are ignored, as the model's will be
     sampler_logp_all = None
-    if cfg.is_cap is not None and rollout.sampler_logp is not None:
+    if rollout.sampler_logp is not None:
         sampler_logp_all = F.pad(rollout.sampler_logp, (rollout.prompt_len - 1, 0)).masked_fill(targets_all < 0, 0.0)
     num_rows = inputs_all.size(0)
 
@@ -353,21 +360,22 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
             old_logp, ref_logp = old_logp_all[b0:b1], ref_logp_all[b0:b1]
             # Calculate the PG objective of every token. Note that ignore_index=-1 gives the invalid tokens log-probs of 0,
             # so they have a ratio of 1 and a KL of 0: normalize counts the valid ones only
-            pg_obj = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, None if sampler_logp_all is None else sampler_logp_all[b0:b1])
+            sampler_logp = None if sampler_logp_all is None else sampler_logp_all[b0:b1]
+            pg_obj, ratio, clipped_ratio, kl = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
             # normalize by the samples, the valid tokens and the passes of the batch, as loss_type says
             pg_obj = normalize(pg_obj, targets >= 0, cfg, num_rows, num_passes, num_tokens)
             # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
             loss = -pg_obj
             loss.backward()
-            # For logging: the KL, how far the ratio is from 1, and the tokens whose push the clip held back (the clamp
+            # For logging: the KL, how far the ratio is from 1, and the tokens whose push the clip held back (the clip
             # moved their ratio against their advantage). An ignored token has a ratio of 1 and a KL of 0
             with torch.no_grad():
-                ratio = (logp - old_logp).exp()
-                clipped = (ratio.clamp(*cfg.clip_range) - ratio) * advantages.unsqueeze(-1) < 0
+                clipped = (clipped_ratio - ratio) * advantages.unsqueeze(-1) < 0
                 loss_sum += loss.item()
-                kl_sum += kl_penalty(logp, ref_logp).sum().item()
+                kl_sum += kl.sum().item()
                 clipped_count += clipped.sum().item()
                 ratio_dev = max(ratio_dev, (ratio - 1).abs().max().item())
+        # Clip the gradient norm, keeping the norm before the clip for logging
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         # Update the model parameters
         optimizer.step()

@@ -3,12 +3,13 @@ Reinforcement learning on a toy task via GRPO.
 
 Group Relative Policy Optimization (DeepSeekMath): sample a group of completions per prompt, score them, use the
 group as its own baseline, and take clipped policy-gradient steps with a KL penalty to a frozen reference model.
-Out of the box it is the paper's recipe. The knobs people turn, with the names TRL gives them:
+Out of the box it is the paper's recipe, and unlike a plain REINFORCE loop it keeps all of it: the PPO ratio+clip,
+the KL penalty, and the advantage divided by the group's std. What can be changed, and how:
 
 1) loss_type: how the per-token objective becomes one number (grpo, bnpo, dr_grpo, dapo).
 2) scale_rewards: what the centred rewards are divided by (group, batch, or none as in Dr. GRPO).
-3) clip_eps_high: DAPO's clip-higher.
-4) is_cap: importance sampling for a sampler that is not exactly the policy (TRL's vLLM correction).
+3) clip_eps_high: DAPO's clip-higher, a wider clip above the ratio than below it.
+4) is_cap: importance weights capped at is_cap, for a sampler that is not exactly pi_old (another engine, precision).
 5) grad_accum_steps: the batch goes through the model in that many passes.
 
 1 process:
@@ -87,11 +88,11 @@ class GRPOConfig:
     is_cap: float | None = None # cap of the sampler importance weight (None = no correction)
 
     def __post_init__(self):
-        assert self.group_size >= 2, f"need at least 2 samples per prompt for a baseline, got group_size={self.group_size}"
-        assert self.temperature > 0, f"temperature must be > 0, got {self.temperature}"
-        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"unknown loss_type {self.loss_type}"
-        assert self.scale_rewards in ("group", "batch", "none"), f"unknown scale_rewards {self.scale_rewards}"
-        assert self.grad_accum_steps >= 1, "grad_accum_steps must be >= 1"
+        assert self.group_size >= 2, f"Each example is compared with its own samples, so it needs 2 or more: {self.group_size}"
+        assert self.temperature > 0, f"Sampling needs a temperature above zero (no greedy decoding here): {self.temperature}"
+        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"Expected grpo|bnpo|dr_grpo|dapo for the loss: {self.loss_type}"
+        assert self.scale_rewards in ("group", "batch", "none"), f"Expected group|batch|none for the reward scaling: {self.scale_rewards}"
+        assert self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}"
 
     @property
     def clip_range(self):
@@ -126,18 +127,24 @@ def sample_next_token(logits, rng, temperature):
     next_ids = torch.multinomial(probs, num_samples=1, generator=rng) # (B, 1)
     return next_ids, probs.gather(1, next_ids).log()
 
+class RowState:
+    # Per-row state tracking during generation
+    def __init__(self):
+        self.completed = False # Whether this row has completed generation (it has sampled its eos)
+
 @torch.no_grad()
 def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
-    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), each (N, 1), where the mask
-    # says whether the token was sampled (1) or forced (0): once a row has completed, pad is forced into it
+    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), lists with one entry per row,
+    # where the mask says whether the token was sampled (1) or forced (0): once a row has completed, pad is forced
+    device = input_ids.device
 
     # 1) Prefill: one forward pass over the prompts, which also fills the KV cache if the model keeps one
     kv_cache = model.make_cache() if hasattr(model, "make_cache") else None
     kv_model_kwargs = {} if kv_cache is None else {"cache": kv_cache}
     logits = model(input_ids, attention_mask, **kv_model_kwargs)[:, -1, :] # (N, V)
 
-    # 2) Initialize the state of each row: it has completed once it has sampled its eos
-    row_completed = torch.zeros(input_ids.size(0), 1, dtype=torch.bool, device=input_ids.device) # (N, 1)
+    # 2) Initialize states for each row
+    row_states = [RowState() for _ in range(input_ids.size(0))]
 
     # 3) Main generation loop
     num_generated = 0
@@ -146,27 +153,37 @@ def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
         if num_generated >= cfg.max_new_tokens:
             break
         # Stop condition: all rows are completed
-        if row_completed.all():
+        if all(state.completed for state in row_states):
             break
 
-        # Sample the next token for each row
+        # Sample the next token for each row, with the log-prob it was drawn with
         next_ids, next_logprobs = sample_next_token(logits, rng, cfg.temperature) # (N, 1) each
+        sampled_tokens = next_ids[:, 0].tolist()
 
-        # Process each row: a completed row is forced to pad (mask 0), the others take their sample (mask 1)
-        token_column = next_ids.masked_fill(row_completed, pad_id) # (N, 1)
-        token_masks = (~row_completed).to(attention_mask.dtype) # (N, 1)
-        # On eos, mark the row as completed
-        row_completed = row_completed | (token_column == eos_id)
+        # Process each row: choose the next token, update state
+        token_column = [] # contains the next token id along each row
+        token_masks = [] # contains the mask (was it sampled (1) or forced (0)?) along each row
+        for i, state in enumerate(row_states):
+            # A completed row has nothing left to say: pad is forced into it
+            is_forced = state.completed
+            token_masks.append(0 if is_forced else 1) # mask is 0 if forced, 1 if sampled
+            next_token = pad_id if is_forced else sampled_tokens[i]
+            token_column.append(next_token)
+            # On eos, mark the row as completed
+            if next_token == eos_id:
+                state.completed = True
 
         # Yield the token column
-        yield token_column, token_masks, next_logprobs
+        yield token_column, token_masks, next_logprobs[:, 0].tolist()
         num_generated += 1
 
         # Prepare logits for next iteration: the forced pad is not attended to; with a KV cache only the new column
         # goes through the model
-        input_ids = torch.cat([input_ids, token_column], dim=1)
-        attention_mask = torch.cat([attention_mask, token_masks], dim=1)
-        new_ids = input_ids if kv_cache is None else token_column
+        ids = torch.tensor(token_column, dtype=torch.long, device=device).unsqueeze(1) # (N, 1)
+        masks = torch.tensor(token_masks, dtype=attention_mask.dtype, device=device).unsqueeze(1) # (N, 1)
+        input_ids = torch.cat([input_ids, ids], dim=1)
+        attention_mask = torch.cat([attention_mask, masks], dim=1)
+        new_ids = input_ids if kv_cache is None else ids
         logits = model(new_ids, attention_mask, **kv_model_kwargs)[:, -1, :] # (N, V)
 
 def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=None):
@@ -182,11 +199,13 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
         token_columns.append(token_column)
         mask_columns.append(token_masks)
         logprob_columns.append(token_logprobs)
-    completion_ids = torch.cat(token_columns, dim=1) # (N, T)
-    masks = torch.cat(mask_columns, dim=1) # (N, T)
+    # Stack up the columns into PyTorch tensors, one row per sample
+    device = input_ids.device
+    completion_ids = torch.tensor(token_columns, dtype=torch.long, device=device).T # (N, T)
+    masks = torch.tensor(mask_columns, dtype=attention_mask.dtype, device=device).T # (N, T)
 
     # The forced pad was never drawn, so it has no log-prob (0), and nothing attends to it
-    sampler_logp = torch.cat(logprob_columns, dim=1) * masks # (N, T)
+    sampler_logp = torch.tensor(logprob_columns, dtype=torch.float, device=device).T * masks # (N, T)
     return Rollout(input_ids=torch.cat([input_ids, completion_ids], dim=1),
                    attention_mask=torch.cat([attention_mask, masks], dim=1),
                    completion_mask=completion_mask(completion_ids, eos_id),
@@ -239,18 +258,23 @@ def kl_penalty(logp, ref_logp):
 
 def ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp=None):
     # The objective of every token, (B, L): PPO's clipped surrogate less the KL penalty. An ignored token comes in with
-    # log-probs of 0, so its ratio is 1 and its KL 0
+    # log-probs of 0, so its ratio is 1 and its KL 0. The ratio, the clipped ratio and the KL come back too, for logging
     ratio = torch.exp(logp - old_logp) # (B, L)
     advantages = advantages.unsqueeze(-1)
     # PPO's clip, on the side each sample's advantage pushes its ratio: up to ratio_max for a good sample, down to
     # ratio_min for a bad one, and no further
     ratio_min, ratio_max = cfg.clip_range
-    pg_obj = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) * advantages # (B, L)
-    # Truncated importance sampling, for a sampler that is not exactly pi_old (another engine, another precision)
-    if cfg.is_cap is not None and sampler_logp is not None:
-        pg_obj = pg_obj * (old_logp - sampler_logp).exp().clamp(max=cfg.is_cap)
+    clipped_ratio = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) # (B, L)
+    pg_obj = clipped_ratio * advantages # (B, L)
+    # Truncated importance sampling, for a sampler that is not exactly pi_old (another engine, another precision). It
+    # takes a cap (is_cap) and the log-probs the sampler drew each token with; without either, no correction
+    use_importance_weights = cfg.is_cap is not None and sampler_logp is not None
+    if use_importance_weights:
+        importance_weights = (old_logp - sampler_logp).exp().clamp(max=cfg.is_cap) # (B, L)
+        pg_obj = pg_obj * importance_weights
     # The KL penalty, against the reference model
-    return pg_obj + cfg.beta * kl_penalty(logp, ref_logp)
+    kl = kl_penalty(logp, ref_logp) # (B, L)
+    return pg_obj + cfg.beta * kl, ratio, clipped_ratio, kl
 
 def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
     # One pass's share of the batch's objective, as loss_type says: the batch has num_samples samples holding num_tokens
@@ -267,10 +291,12 @@ def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None):
     # The loss of one pass over a whole batch. The positions under the mask are ignored targets: their log-probs are 0
     valid = completion_mask > 0 # (N, T)
-    logp, old_logp, ref_logp = logp.masked_fill(~valid, 0.0), old_logp.masked_fill(~valid, 0.0), ref_logp.masked_fill(~valid, 0.0)
+    logp, old_logp, ref_logp = logp.clone(), old_logp.clone(), ref_logp.clone() # clone to avoid in-place modification:
+    logp[~valid], old_logp[~valid], ref_logp[~valid] = 0.0, 0.0, 0.0 # <-- inplace modification right here
     if sampler_logp is not None:
-        sampler_logp = sampler_logp.masked_fill(~valid, 0.0)
-    pg_obj = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
+        sampler_logp = sampler_logp.clone()
+        sampler_logp[~valid] = 0.0
+    pg_obj, _, _, _ = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
     num_tokens = valid.sum().clamp(min=1) if num_tokens is None else num_tokens
     # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
     return -normalize(pg_obj, valid, cfg, valid.size(0), 1, num_tokens)
@@ -285,7 +311,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     attention_mask_all = rollout.attention_mask[:, :-1] # (N, P+T-1)
     # The sampler's log-probs line up with the targets, and are 0 where those are ignored, as the model's will be
     sampler_logp_all = None
-    if cfg.is_cap is not None and rollout.sampler_logp is not None:
+    if rollout.sampler_logp is not None:
         sampler_logp_all = F.pad(rollout.sampler_logp, (rollout.prompt_len - 1, 0)).masked_fill(targets_all < 0, 0.0)
     num_rows = inputs_all.size(0)
 
@@ -311,8 +337,8 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     # For logging: the valid tokens of this rank, and one number per iteration
     num_completion_tokens = (targets_all >= 0).sum().clamp(min=1).item()
     losses, kls, ratio_devs, clip_fracs, grad_norms = [], [], [], [], []
+    model.zero_grad(set_to_none=True) # whatever gradients the caller left behind
     for iteration in range(cfg.num_iterations):
-        model.zero_grad(set_to_none=True)
         loss_sum, kl_sum, clipped_count, ratio_dev = 0.0, 0.0, 0, 0.0
         b1 = 0
         for pass_idx in range(num_passes):
@@ -335,24 +361,26 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
             old_logp, ref_logp = old_logp_all[b0:b1], ref_logp_all[b0:b1]
             # Calculate the PG objective of every token. Note that ignore_index=-1 gives the invalid tokens log-probs of 0,
             # so they have a ratio of 1 and a KL of 0: normalize counts the valid ones only
-            pg_obj = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, None if sampler_logp_all is None else sampler_logp_all[b0:b1])
+            sampler_logp = None if sampler_logp_all is None else sampler_logp_all[b0:b1]
+            pg_obj, ratio, clipped_ratio, kl = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
             # normalize by the samples, the valid tokens and the passes of the batch, as loss_type says
             pg_obj = normalize(pg_obj, targets >= 0, cfg, num_rows, num_passes, num_tokens)
             # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
             loss = -pg_obj
             loss.backward()
-            # For logging: the KL, how far the ratio is from 1, and the tokens whose push the clip held back (the clamp
+            # For logging: the KL, how far the ratio is from 1, and the tokens whose push the clip held back (the clip
             # moved their ratio against their advantage). An ignored token has a ratio of 1 and a KL of 0
             with torch.no_grad():
-                ratio = (logp - old_logp).exp()
-                clipped = (ratio.clamp(*cfg.clip_range) - ratio) * advantages.unsqueeze(-1) < 0
+                clipped = (clipped_ratio - ratio) * advantages.unsqueeze(-1) < 0
                 loss_sum += loss.item()
-                kl_sum += kl_penalty(logp, ref_logp).sum().item()
+                kl_sum += kl.sum().item()
                 clipped_count += clipped.sum().item()
                 ratio_dev = max(ratio_dev, (ratio - 1).abs().max().item())
+        # Clip the gradient norm, keeping the norm before the clip for logging
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
         # Update the model parameters
         optimizer.step()
+        model.zero_grad(set_to_none=True)
         # For logging
         losses.append(loss_sum)
         kls.append(kl_sum / num_completion_tokens)

@@ -5,8 +5,10 @@ reference policy. Runs as one process, or under torch.distributed with DDP.
 References:
 1) DeepSeekMath, the GRPO objective (eq. 3) and its KL estimator (eq. 4):
 https://arxiv.org/abs/2402.03300
-2) the TRL GRPOTrainer, whose names and meanings the options beyond the paper take:
-https://huggingface.co/docs/trl/main/en/grpo_trainer
+2) DAPO, its token-level loss (loss_type 'dapo') and clip-higher (clip_eps_high):
+https://arxiv.org/abs/2503.14476
+3) Dr. GRPO, which drops the length and the std normalization (loss_type 'dr_grpo', scale_rewards 'none'):
+https://arxiv.org/abs/2503.20783
 """
 
 import copy

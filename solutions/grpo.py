@@ -194,21 +194,16 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     mask = rollout.completion_mask                                        # (N, T)
     N = mask.size(0)
     gradient_accumulation_steps = min(cfg.grad_accum_steps, N)
-    micro_batch_size, longer = divmod(N, gradient_accumulation_steps)
+    # the rows of each micro step: N split as evenly as it goes, in order
+    micro_batches = torch.arange(N, device=mask.device).tensor_split(gradient_accumulation_steps)
 
-    def rows_of(micro_step):                                              # the n rows of this micro step
-        start = micro_step * micro_batch_size + min(micro_step, longer)
-        return slice(start, start + micro_batch_size + (micro_step < longer))
-
-    def logprobs(model, micro_step):                                      # (n, T)
-        rows = rows_of(micro_step)
+    def logprobs(model, rows):                                            # (n, T)
         return token_logprobs(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
                               cfg.temperature)
 
-    micro_steps = range(gradient_accumulation_steps)
     with torch.no_grad():
-        old_logp = torch.cat([logprobs(policy, micro_step) for micro_step in micro_steps])  # (N, T) pi_old, the sampler
-        ref_logp = torch.cat([logprobs(ref_policy, micro_step) for micro_step in micro_steps])  # (N, T) pi_ref, frozen
+        old_logp = torch.cat([logprobs(policy, rows) for rows in micro_batches])  # (N, T) pi_old, the sampler
+        ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
     sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
     # dapo divides by every completion token of the batch, on all processes; DDP then averages the processes'
     # gradients, so each process takes its share of that count
@@ -220,19 +215,18 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
         lossf, logp = 0.0, []
-        for micro_step in range(gradient_accumulation_steps):
+        for micro_step, rows in enumerate(micro_batches):
             if ddp:
                 # in DDP training we only need to sync gradients at the last micro step; this is the flag
                 # model.no_sync() toggles, set before the forward pass
                 policy.require_backward_grad_sync = (micro_step == gradient_accumulation_steps - 1)
-            rows = rows_of(micro_step)
-            logp.append(logprobs(policy, micro_step))                     # (n, T)
+            logp.append(logprobs(policy, rows))                           # (n, T)
             loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
                              num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows])
             if cfg.loss_type == "bnpo":
                 loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type != "dapo":
-                loss = loss * len(logp[-1]) / N # a mean over rows: this micro-batch weighs as its share of the rows
+                loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()
             lossf += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)

@@ -151,10 +151,11 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 # 5) the clipped surrogate loss
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
-              num_tokens=None, sampler_logp=None) -> torch.Tensor:
+              num_tokens=None, sampler_logp=None, stats=None) -> torch.Tensor:
     """Scalar loss of a batch of completions, (N, T) each: PPO's clipped surrogate (paper eq. 3), corrected
     for the sampler when cfg.is_cap is set, plus beta times the KL penalty; loss_type says how the completion
-    tokens are weighed, num_tokens is dapo's count."""
+    tokens are weighed, num_tokens is dapo's count. Given a dict `stats`, the loss also puts there, for the
+    log, its own (N, T) ratio and KL, and where the clipped surrogate is below the unclipped one."""
     keep = completion_mask.bool()                                         # (N, T)
     # a padded position's log-probs can be anything, inf and NaN too: the log-ratio is 0 there, before any exp
     log_ratio = (logp - old_logp).where(keep, 0.0)                        # (N, T) log pi / pi_old
@@ -169,6 +170,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
         pg = pg * torch.exp(drift).clamp(max=cfg.is_cap).detach()         # (N, T)
     kl = torch.zeros_like(pg).masked_scatter(keep, kl_penalty(logp[keep], ref_logp[keep]))  # (N, T) 0 on the padding
     per_token = pg + cfg.beta * kl                                        # (N, T)
+    if stats is not None:
+        stats.update(ratio=ratio.detach(), kl=kl.detach(), clipped=surr2 < surr1)
 
     # how much each token counts, by loss_type
     N, mask = keep.size(0), keep.to(per_token.dtype)
@@ -215,15 +218,17 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     per_iteration = []
     for _ in range(cfg.num_iterations):
         optimizer.zero_grad(set_to_none=True)
-        lossf, logp = 0.0, []
+        lossf, seen = 0.0, []
         for micro_step, rows in enumerate(micro_batches):
             if ddp:
                 # in DDP training we only need to sync gradients at the last micro step; this is the flag
                 # model.no_sync() toggles, set before the forward pass
                 policy.require_backward_grad_sync = (micro_step == gradient_accumulation_steps - 1)
-            logp.append(logprobs(policy, rows))                           # (n, T)
-            loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
-                             num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows])
+            logp = logprobs(policy, rows)                                 # (n, T)
+            seen.append({})                                               # for the log: what the loss saw
+            loss = grpo_loss(logp, old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
+                             num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows],
+                             stats=seen[-1])
             if cfg.loss_type == "bnpo":
                 loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type != "dapo":
@@ -232,8 +237,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
             lossf += loss.item()
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
         optimizer.step()
-        stats = step_stats(torch.cat(logp).detach(), old_logp, ref_logp, advantages, mask, cfg)
-        per_iteration.append({**stats, "loss": lossf, "grad_norm": grad_norm.item()})
+        per_iteration.append({**step_stats(seen, mask), "loss": lossf, "grad_norm": grad_norm.item()})
     first, last = per_iteration[0], per_iteration[-1]
     return {"loss": first["loss"], "kl": first["kl"], "ratio_dev": first["ratio_dev"],
             "clip_frac": last["clip_frac"], "grad_norm": last["grad_norm"],
@@ -241,18 +245,13 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
 
 
 @torch.no_grad()
-def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> dict:
-    """For the log, over the completion tokens of the batch: the mean KL, the largest |ratio - 1|, and the
-    share of tokens where eq. 3's min takes the clipped surrogate, strictly smaller."""
+def step_stats(seen: list, mask) -> dict:
+    """For the log, from what grpo_loss saw of each micro-batch (its `stats`), over the completion tokens of the
+    batch: the mean KL, the largest |ratio - 1|, and the share of tokens whose clipped surrogate is below the
+    unclipped one."""
     keep = mask.bool()                                                    # (N, T)
     n = max(int(keep.sum()), 1)
-    adv = advantages[:, None].expand_as(keep)[keep]                       # (M,) the completion tokens only
-    ratio = torch.exp(logp[keep] - old_logp[keep])                        # (M,)
-    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    surr1 = ratio * adv                                                   # (M,)
-    surr2 = ratio.clamp(1 - cfg.clip_eps, 1 + eps_high) * adv             # (M,)
-    clipped = surr2 < surr1                                               # (M,)
-    kl = kl_penalty(logp[keep], ref_logp[keep])                           # (M,)
+    ratio, kl, clipped = (torch.cat([s[name] for s in seen])[keep] for name in ("ratio", "kl", "clipped"))  # (M,)
     return {"kl": kl.sum().item() / n,
             "ratio_dev": (ratio - 1).abs().max().item() if ratio.numel() else 0.0,
             "clip_frac": clipped.sum().item() / n}

@@ -216,8 +216,8 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
         dist.all_reduce(num_tokens)
     num_tokens = num_tokens.clamp(min=1.0 / ddp_world_size)
     per_iteration = []
+    optimizer.zero_grad(set_to_none=True)  # the micro steps accumulate into .grad: start from none
     for _ in range(cfg.num_iterations):
-        optimizer.zero_grad(set_to_none=True)
         lossf, seen = 0.0, []
         for micro_step, rows in enumerate(micro_batches):
             if ddp:
@@ -235,8 +235,12 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
                 loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()
             lossf += loss.item()
+        # clip the gradient
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+        # step the optimizer
         optimizer.step()
+        # flush the gradients as soon as we can, no need for this memory anymore
+        optimizer.zero_grad(set_to_none=True)
         per_iteration.append({**step_stats(seen, mask), "loss": lossf, "grad_norm": grad_norm.item()})
     first, last = per_iteration[0], per_iteration[-1]
     return {"loss": first["loss"], "kl": first["kl"], "ratio_dev": first["ratio_dev"],

@@ -5,8 +5,10 @@ reference policy. Runs as one process, or under torch.distributed with DDP.
 References:
 1) DeepSeekMath, the GRPO objective (eq. 3) and its KL estimator (eq. 4):
 https://arxiv.org/abs/2402.03300
-2) the TRL GRPOTrainer, whose names and meanings the options beyond the paper take:
-https://huggingface.co/docs/trl/main/en/grpo_trainer
+2) DAPO, its token-level loss (loss_type 'dapo') and clip-higher (clip_eps_high):
+https://arxiv.org/abs/2503.14476
+3) Dr. GRPO, which drops the length and the std normalization (loss_type 'dr_grpo', scale_rewards 'none'):
+https://arxiv.org/abs/2503.20783
 """
 
 import copy
@@ -149,10 +151,11 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 # 5) the clipped surrogate loss
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
-              num_tokens=None, sampler_logp=None) -> torch.Tensor:
+              num_tokens=None, sampler_logp=None, stats=None) -> torch.Tensor:
     """Scalar loss of a batch of completions, (N, T) each: PPO's clipped surrogate (paper eq. 3), corrected
     for the sampler when cfg.is_cap is set, plus beta times the KL penalty; loss_type says how the completion
-    tokens are weighed, num_tokens is dapo's count."""
+    tokens are weighed, num_tokens is dapo's count. Given a dict `stats`, the loss also puts there, for the
+    log, its own (N, T) ratio and KL, and where the clipped surrogate is below the unclipped one."""
     keep = completion_mask.bool()                                         # (N, T)
     # a padded position's log-probs can be anything, inf and NaN too: the log-ratio is 0 there, before any exp
     log_ratio = (logp - old_logp).where(keep, 0.0)                        # (N, T) log pi / pi_old
@@ -167,6 +170,8 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
         pg = pg * torch.exp(drift).clamp(max=cfg.is_cap).detach()         # (N, T)
     kl = torch.zeros_like(pg).masked_scatter(keep, kl_penalty(logp[keep], ref_logp[keep]))  # (N, T) 0 on the padding
     per_token = pg + cfg.beta * kl                                        # (N, T)
+    if stats is not None:
+        stats.update(ratio=ratio.detach(), kl=kl.detach(), clipped=surr2 < surr1)
 
     # how much each token counts, by loss_type
     N, mask = keep.size(0), keep.to(per_token.dtype)
@@ -193,21 +198,16 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
     mask = rollout.completion_mask                                        # (N, T)
     N = mask.size(0)
     gradient_accumulation_steps = min(cfg.grad_accum_steps, N)
-    micro_batch_size, longer = divmod(N, gradient_accumulation_steps)
+    # the rows of each micro step: N split as evenly as it goes, in order
+    micro_batches = torch.arange(N, device=mask.device).tensor_split(gradient_accumulation_steps)
 
-    def rows_of(micro_step):                                              # the n rows of this micro step
-        start = micro_step * micro_batch_size + min(micro_step, longer)
-        return slice(start, start + micro_batch_size + (micro_step < longer))
-
-    def logprobs(model, micro_step):                                      # (n, T)
-        rows = rows_of(micro_step)
+    def logprobs(model, rows):                                            # (n, T)
         return token_logprobs(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
                               cfg.temperature)
 
-    micro_steps = range(gradient_accumulation_steps)
     with torch.no_grad():
-        old_logp = torch.cat([logprobs(policy, micro_step) for micro_step in micro_steps])  # (N, T) pi_old, the sampler
-        ref_logp = torch.cat([logprobs(ref_policy, micro_step) for micro_step in micro_steps])  # (N, T) pi_ref, frozen
+        old_logp = torch.cat([logprobs(policy, rows) for rows in micro_batches])  # (N, T) pi_old, the sampler
+        ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
     sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
     # dapo divides by every completion token of the batch, on all processes; DDP then averages the processes'
     # gradients, so each process takes its share of that count
@@ -216,28 +216,32 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
         dist.all_reduce(num_tokens)
     num_tokens = num_tokens.clamp(min=1.0 / ddp_world_size)
     per_iteration = []
+    optimizer.zero_grad(set_to_none=True)  # the micro steps accumulate into .grad: start from none
     for _ in range(cfg.num_iterations):
-        optimizer.zero_grad(set_to_none=True)
-        lossf, logp = 0.0, []
-        for micro_step in range(gradient_accumulation_steps):
+        lossf, seen = 0.0, []
+        for micro_step, rows in enumerate(micro_batches):
             if ddp:
                 # in DDP training we only need to sync gradients at the last micro step; this is the flag
                 # model.no_sync() toggles, set before the forward pass
                 policy.require_backward_grad_sync = (micro_step == gradient_accumulation_steps - 1)
-            rows = rows_of(micro_step)
-            logp.append(logprobs(policy, micro_step))                     # (n, T)
-            loss = grpo_loss(logp[-1], old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
-                             num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows])
+            logp = logprobs(policy, rows)                                 # (n, T)
+            seen.append({})                                               # for the log: what the loss saw
+            loss = grpo_loss(logp, old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
+                             num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows],
+                             stats=seen[-1])
             if cfg.loss_type == "bnpo":
                 loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type != "dapo":
-                loss = loss * len(logp[-1]) / N # a mean over rows: this micro-batch weighs as its share of the rows
+                loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()
             lossf += loss.item()
+        # clip the gradient
         grad_norm = torch.nn.utils.clip_grad_norm_(policy.parameters(), cfg.max_grad_norm)
+        # step the optimizer
         optimizer.step()
-        stats = step_stats(torch.cat(logp).detach(), old_logp, ref_logp, advantages, mask, cfg)
-        per_iteration.append({**stats, "loss": lossf, "grad_norm": grad_norm.item()})
+        # flush the gradients as soon as we can, no need for this memory anymore
+        optimizer.zero_grad(set_to_none=True)
+        per_iteration.append({**step_stats(seen, mask), "loss": lossf, "grad_norm": grad_norm.item()})
     first, last = per_iteration[0], per_iteration[-1]
     return {"loss": first["loss"], "kl": first["kl"], "ratio_dev": first["ratio_dev"],
             "clip_frac": last["clip_frac"], "grad_norm": last["grad_norm"],
@@ -245,18 +249,13 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
 
 
 @torch.no_grad()
-def step_stats(logp, old_logp, ref_logp, advantages, mask, cfg: GRPOConfig) -> dict:
-    """For the log, over the completion tokens of the batch: the mean KL, the largest |ratio - 1|, and the
-    share of tokens where eq. 3's min takes the clipped surrogate, strictly smaller."""
+def step_stats(seen: list, mask) -> dict:
+    """For the log, from what grpo_loss saw of each micro-batch (its `stats`), over the completion tokens of the
+    batch: the mean KL, the largest |ratio - 1|, and the share of tokens whose clipped surrogate is below the
+    unclipped one."""
     keep = mask.bool()                                                    # (N, T)
     n = max(int(keep.sum()), 1)
-    adv = advantages[:, None].expand_as(keep)[keep]                       # (M,) the completion tokens only
-    ratio = torch.exp(logp[keep] - old_logp[keep])                        # (M,)
-    eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    surr1 = ratio * adv                                                   # (M,)
-    surr2 = ratio.clamp(1 - cfg.clip_eps, 1 + eps_high) * adv             # (M,)
-    clipped = surr2 < surr1                                               # (M,)
-    kl = kl_penalty(logp[keep], ref_logp[keep])                           # (M,)
+    ratio, kl, clipped = (torch.cat([s[name] for s in seen])[keep] for name in ("ratio", "kl", "clipped"))  # (M,)
     return {"kl": kl.sum().item() / n,
             "ratio_dev": (ratio - 1).abs().max().item() if ratio.numel() else 0.0,
             "clip_frac": clipped.sum().item() / n}

@@ -467,7 +467,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
 
 
-def grpo_loss(
+def compute_grpo_loss(
     per_token_logps,
     old_per_token_logps,
     ref_per_token_logps,
@@ -477,7 +477,7 @@ def grpo_loss(
     *,
     num_tokens=None,
     sampler_logp=None,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     GRPO loss of a batch, aggregated according to `args.loss_type`.
 
@@ -501,7 +501,8 @@ def grpo_loss(
             Log-probabilities under the sampler, for the importance sampling correction (`args.is_cap`).
 
     Returns:
-        `torch.Tensor`: scalar loss.
+        `tuple`: the scalar loss, and the importance ratio `coef_1` and the per-token KL `(N, T)` it was computed
+        from, for the logs.
     """
     mask = completion_mask.bool()
     if num_tokens is None:  # not part of an accumulated batch
@@ -521,8 +522,8 @@ def grpo_loss(
         importance_sampling_ratio = torch.exp(per_token_logps_diff)
         per_token_loss = per_token_loss * importance_sampling_ratio.detach()
 
+    per_token_kl = kl_penalty(per_token_logps.masked_fill(~mask, 0.0), ref_per_token_logps.masked_fill(~mask, 0.0))
     if args.beta != 0.0:
-        per_token_kl = kl_penalty(per_token_logps.masked_fill(~mask, 0.0), ref_per_token_logps.masked_fill(~mask, 0.0))
         per_token_loss = per_token_loss + args.beta * per_token_kl
 
     mask = mask.to(per_token_loss.dtype)
@@ -536,7 +537,25 @@ def grpo_loss(
         loss = (per_token_loss * mask).sum() / num_tokens
     else:
         raise ValueError(f"Unknown loss type: {args.loss_type}")
-    return loss
+    return loss, coef_1, per_token_kl
+
+
+def grpo_loss(
+    per_token_logps,
+    old_per_token_logps,
+    ref_per_token_logps,
+    advantages,
+    completion_mask,
+    args: GRPOConfig,
+    *,
+    num_tokens=None,
+    sampler_logp=None,
+) -> torch.Tensor:
+    """The scalar loss of [`compute_grpo_loss`], which documents the arguments."""
+    return compute_grpo_loss(
+        per_token_logps, old_per_token_logps, ref_per_token_logps, advantages, completion_mask, args,
+        num_tokens=num_tokens, sampler_logp=sampler_logp,
+    )[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -753,7 +772,7 @@ class GRPOTrainer:
         # this pass
         old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps.detach())
 
-        loss = grpo_loss(
+        loss, coef_1, per_token_kl = compute_grpo_loss(
             per_token_logps,
             old_per_token_logps,
             inputs["ref_per_token_logps"],
@@ -773,30 +792,28 @@ class GRPOTrainer:
             normalizer = self.current_gradient_accumulation_steps
             loss = loss / normalizer
 
-        self._log_token_metrics(per_token_logps.detach(), old_per_token_logps, inputs)
-        return loss
-
-    @torch.no_grad()
-    def _log_token_metrics(self, per_token_logps, old_per_token_logps, inputs) -> None:
-        # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
-        # optimizer step and turned into means when it is taken
-        mask = inputs["completion_mask"].bool()
+        # Log the metrics
+        mask = completion_mask.bool()
         advantages = inputs["advantages"].unsqueeze(1)
-        coef_1 = torch.exp((per_token_logps - old_per_token_logps).masked_fill(~mask, 0.0))
-        per_token_kl = kl_penalty(
-            per_token_logps.masked_fill(~mask, 0.0), inputs["ref_per_token_logps"].masked_fill(~mask, 0.0)
-        )
+        coef_1, per_token_kl = coef_1.detach(), per_token_kl.detach()
+        # Compute the clipped probability ratios
         is_low_clipped = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)
         is_high_clipped = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
         is_region_clipped = is_low_clipped | is_high_clipped
         token_sums = torch.stack(
             [x.float()[mask].sum() for x in (per_token_kl, is_low_clipped, is_high_clipped, is_region_clipped, mask)]
         )
+        self._log_token_metrics(token_sums, (coef_1 - 1).abs().max().item())
+        return loss
+
+    def _log_token_metrics(self, token_sums, ratio_deviation) -> None:
+        # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
+        # optimizer step and turned into means when it is taken
         if self._window_token_sums is None:
             self._window_token_sums = token_sums
         else:
             self._window_token_sums = self._window_token_sums + token_sums
-        self._window_ratio_deviation = max(self._window_ratio_deviation, (coef_1 - 1).abs().max().item())
+        self._window_ratio_deviation = max(self._window_ratio_deviation, ratio_deviation)
         if self._sync_gradients:
             kl, low, high, region, num_tokens = self._window_token_sums.tolist()
             num_tokens = max(num_tokens, 1.0)

@@ -828,7 +828,7 @@ class GRPOTrainer:
             self._metrics["train"]["ratio_deviation/max"].append(self._window_ratio_deviation)
             self._window_token_sums, self._window_ratio_deviation = None, 0.0
 
-    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
+    def training_step(self, model, inputs) -> torch.Tensor:
         """
         Forward and backward pass of one micro-batch; the training loop steps the optimizer once every
         `current_gradient_accumulation_steps` calls.
@@ -838,9 +838,6 @@ class GRPOTrainer:
                 The model to train, wrapped for data parallelism if there are several processes.
             inputs:
                 The generation batch this micro-batch belongs to, as `get_train_dataloader` yields it.
-            num_items_in_batch (*optional*):
-                Unused: the loss is normalized by the completion tokens of the generation batch, counted when it is
-                scored (`inputs["num_items_in_batch"]`).
 
         Returns:
             `torch.Tensor`: the detached loss of the micro-batch.

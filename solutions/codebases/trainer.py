@@ -205,6 +205,34 @@ def nanstd(tensor: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
     return torch.sqrt(variance * count / (count - 1))  # Bessel's correction
 
 
+class Accelerator:
+    """
+    The data-parallel processes this one trains with, read from `torch.distributed`: a single process (index 0) when
+    no process group is initialized.
+    """
+
+    def __init__(self):
+        if dist.is_available() and dist.is_initialized():
+            self.num_processes = dist.get_world_size()
+            self.process_index = dist.get_rank()
+        else:
+            self.num_processes = 1
+            self.process_index = 0
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """
+        Gathers `tensor` from all processes and concatenates the copies along the first dimension, in process order
+        (a 0-dim tensor gives one value per process). With a single process, `tensor` is returned as it is.
+        """
+        if self.num_processes == 1:
+            return tensor
+        if tensor.ndim == 0:
+            tensor = tensor.clone()[None]
+        output_tensors = [torch.empty_like(tensor) for _ in range(self.num_processes)]
+        dist.all_gather(output_tensors, tensor)
+        return torch.cat(output_tensors, dim=0)
+
+
 def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
     """
     Creates a static reference copy of a model. Note that model will be in `.eval()` mode.
@@ -607,9 +635,10 @@ class GRPOTrainer:
         self.args = args if args is not None else GRPOConfig()
         args = self.args
         self.model = model
+        self.accelerator = Accelerator()
         # With several processes the model is trained through DistributedDataParallel (gradients are averaged across
         # processes); generation and the old log-probs use the model itself.
-        wrap = self.num_processes > 1 and not isinstance(model, DistributedDataParallel)
+        wrap = self.accelerator.num_processes > 1 and not isinstance(model, DistributedDataParallel)
         self.model_wrapped = DistributedDataParallel(model) if wrap else model
         self.reward_funcs = reward_funcs
         self.train_dataset = train_dataset
@@ -651,10 +680,6 @@ class GRPOTrainer:
         self._sync_gradients = True
         self.global_step = 0
         self.log_history = []
-
-    @property
-    def num_processes(self) -> int:
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
     def get_train_dataloader(self):
         """
@@ -714,9 +739,7 @@ class GRPOTrainer:
         prompt_ids, completion_ids = rollout.input_ids[:, :prompt_length], rollout.input_ids[:, prompt_length:]
         prompt_mask, completion_mask = rollout.attention_mask[:, :prompt_length], rollout.completion_mask
 
-        num_items_in_batch = completion_mask.sum().float()
-        if self.num_processes > 1:
-            dist.all_reduce(num_items_in_batch)
+        num_items_in_batch = self.accelerator.gather(completion_mask.sum().float()).sum()
 
         prompt_completion_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (N, P+T)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (N, P+T)
@@ -785,7 +808,7 @@ class GRPOTrainer:
             inputs["advantages"],
             completion_mask,
             self.args,
-            num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.num_processes,
+            num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes,
             sampler_logp=inputs.get("sampling_per_token_logps"),
         )
         # Scale for gradient accumulation. `split_tensor_dict` may leave the micro-batches one completion apart, so a
@@ -939,10 +962,10 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
     Trains `policy` on `task` with a fresh [`GRPOTrainer`] for `steps` generation batches of `batch_size` prompts
     each, and returns the [`generation_batch_stats`] of every one.
     """
-    process_index = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    accelerator = Accelerator()
     # every process samples its own prompts (the task samples them on the CPU) and its own completions
-    torch.manual_seed(seed + process_index)
-    generator = torch.Generator().manual_seed(seed + process_index)
+    torch.manual_seed(seed + accelerator.process_index)
+    generator = torch.Generator().manual_seed(seed + accelerator.process_index)
     train_dataset = (task.sample_prompts(batch_size, generator) for _ in range(steps))
 
     history, step_logs = [], []

@@ -555,8 +555,7 @@ def compute_grpo_loss(
         per_token_loss = per_token_loss + args.beta * per_token_kl
 
     mask = mask.to(per_token_loss.dtype)
-    loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
-    return loss, coef_1, per_token_kl
+    return ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean(), coef_1, per_token_kl
 
 
 def grpo_loss(

@@ -218,18 +218,18 @@ class Accelerator:
             self.num_processes = 1
             self.process_index = 0
 
-    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+    def reduce(self, tensor: torch.Tensor, reduction: str) -> torch.Tensor:
         """
-        Gathers `tensor` from all processes and concatenates the copies along the first dimension, in process order
-        (a 0-dim tensor gives one value per process). With a single process, `tensor` is returned as it is.
+        Reduces a copy of `tensor` across all processes, by `reduction` ("sum" or "mean"); with a single process, the
+        copy is returned as it is.
         """
+        cloned_tensor = tensor.clone()
         if self.num_processes == 1:
-            return tensor
-        if tensor.ndim == 0:
-            tensor = tensor.clone()[None]
-        output_tensors = [torch.empty_like(tensor) for _ in range(self.num_processes)]
-        dist.all_gather(output_tensors, tensor)
-        return torch.cat(output_tensors, dim=0)
+            return cloned_tensor
+        dist.all_reduce(cloned_tensor, op=dist.ReduceOp.SUM)
+        if reduction == "mean":
+            cloned_tensor /= self.num_processes
+        return cloned_tensor
 
 
 def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -792,7 +792,7 @@ class GRPOTrainer:
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
         per_token_logps = self._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
-        num_items_in_batch = self.accelerator.gather(completion_mask.sum().float()).sum()
+        num_items_in_batch = self.accelerator.reduce(completion_mask.sum().float(), reduction="sum")
 
         # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
         # this pass

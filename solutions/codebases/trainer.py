@@ -205,6 +205,34 @@ def nanstd(tensor: torch.Tensor, dim: Optional[int] = None) -> torch.Tensor:
     return torch.sqrt(variance * count / (count - 1))  # Bessel's correction
 
 
+class Accelerator:
+    """
+    The data-parallel processes this one trains with, read from `torch.distributed`: a single process (index 0) when
+    no process group is initialized.
+    """
+
+    def __init__(self):
+        if dist.is_available() and dist.is_initialized():
+            self.num_processes = dist.get_world_size()
+            self.process_index = dist.get_rank()
+        else:
+            self.num_processes = 1
+            self.process_index = 0
+
+    def reduce(self, tensor: torch.Tensor, reduction: str) -> torch.Tensor:
+        """
+        Reduces a copy of `tensor` across all processes, by `reduction` ("sum" or "mean"); with a single process, the
+        copy is returned as it is.
+        """
+        cloned_tensor = tensor.clone()
+        if self.num_processes == 1:
+            return cloned_tensor
+        dist.all_reduce(cloned_tensor, op=dist.ReduceOp.SUM)
+        if reduction == "mean":
+            cloned_tensor /= self.num_processes
+        return cloned_tensor
+
+
 def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
     """
     Creates a static reference copy of a model. Note that model will be in `.eval()` mode.
@@ -468,7 +496,7 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
 
 
-def grpo_loss(
+def compute_grpo_loss(
     per_token_logps,
     old_per_token_logps,
     ref_per_token_logps,
@@ -478,7 +506,7 @@ def grpo_loss(
     *,
     num_tokens=None,
     sampler_logp=None,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     GRPO loss of a batch, aggregated according to `args.loss_type`.
 
@@ -502,7 +530,8 @@ def grpo_loss(
             Log-probabilities under the sampler, for the importance sampling correction (`args.is_cap`).
 
     Returns:
-        `torch.Tensor`: scalar loss.
+        `tuple`: the scalar loss, and the importance ratio `coef_1` and the per-token KL `(N, T)` it was computed
+        from, for the logs.
     """
     mask = completion_mask.bool()
     if num_tokens is None:  # not part of an accumulated batch
@@ -522,8 +551,8 @@ def grpo_loss(
         importance_sampling_ratio = torch.clamp(torch.exp(per_token_logps_diff), max=args.is_cap)
         per_token_loss = per_token_loss * importance_sampling_ratio.detach()
 
+    per_token_kl = kl_penalty(per_token_logps.masked_fill(~mask, 0.0), ref_per_token_logps.masked_fill(~mask, 0.0))
     if args.beta != 0.0:
-        per_token_kl = kl_penalty(per_token_logps.masked_fill(~mask, 0.0), ref_per_token_logps.masked_fill(~mask, 0.0))
         per_token_loss = per_token_loss + args.beta * per_token_kl
 
     mask = mask.to(per_token_loss.dtype)
@@ -537,7 +566,25 @@ def grpo_loss(
         loss = (per_token_loss * mask).sum() / num_tokens
     else:
         raise ValueError(f"Unknown loss type: {args.loss_type}")
-    return loss
+    return loss, coef_1, per_token_kl
+
+
+def grpo_loss(
+    per_token_logps,
+    old_per_token_logps,
+    ref_per_token_logps,
+    advantages,
+    completion_mask,
+    args: GRPOConfig,
+    *,
+    num_tokens=None,
+    sampler_logp=None,
+) -> torch.Tensor:
+    """The scalar loss of [`compute_grpo_loss`], which documents the arguments."""
+    return compute_grpo_loss(
+        per_token_logps, old_per_token_logps, ref_per_token_logps, advantages, completion_mask, args,
+        num_tokens=num_tokens, sampler_logp=sampler_logp,
+    )[0]
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -588,9 +635,10 @@ class GRPOTrainer:
         self.args = args if args is not None else GRPOConfig()
         args = self.args
         self.model = model
+        self.accelerator = Accelerator()
         # With several processes the model is trained through DistributedDataParallel (gradients are averaged across
         # processes); generation and the old log-probs use the model itself.
-        wrap = self.num_processes > 1 and not isinstance(model, DistributedDataParallel)
+        wrap = self.accelerator.num_processes > 1 and not isinstance(model, DistributedDataParallel)
         self.model_wrapped = DistributedDataParallel(model) if wrap else model
         self.reward_funcs = reward_funcs
         self.train_dataset = train_dataset
@@ -632,10 +680,6 @@ class GRPOTrainer:
         self._sync_gradients = True
         self.global_step = 0
         self.log_history = []
-
-    @property
-    def num_processes(self) -> int:
-        return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
 
     def get_train_dataloader(self):
         """
@@ -695,9 +739,7 @@ class GRPOTrainer:
         prompt_ids, completion_ids = rollout.input_ids[:, :prompt_length], rollout.input_ids[:, prompt_length:]
         prompt_mask, completion_mask = rollout.attention_mask[:, :prompt_length], rollout.completion_mask
 
-        num_items_in_batch = completion_mask.sum().float()
-        if self.num_processes > 1:
-            dist.all_reduce(num_items_in_batch)
+        num_items_in_batch = self.accelerator.reduce(completion_mask.sum().float(), reduction="sum")
 
         prompt_completion_ids = torch.cat([prompt_ids, completion_ids], dim=1)  # (N, P+T)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)  # (N, P+T)
@@ -759,14 +801,14 @@ class GRPOTrainer:
         # this pass
         old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps.detach())
 
-        loss = grpo_loss(
+        loss, coef_1, per_token_kl = compute_grpo_loss(
             per_token_logps,
             old_per_token_logps,
             inputs["ref_per_token_logps"],
             inputs["advantages"],
             completion_mask,
             self.args,
-            num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.num_processes,
+            num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes,
             sampler_logp=inputs.get("sampling_per_token_logps"),
         )
         # Scale for gradient accumulation. `split_tensor_dict` may leave the micro-batches one completion apart, so a
@@ -779,30 +821,28 @@ class GRPOTrainer:
             normalizer = self.current_gradient_accumulation_steps
             loss = loss / normalizer
 
-        self._log_token_metrics(per_token_logps.detach(), old_per_token_logps, inputs)
-        return loss
-
-    @torch.no_grad()
-    def _log_token_metrics(self, per_token_logps, old_per_token_logps, inputs) -> None:
-        # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
-        # optimizer step and turned into means when it is taken
-        mask = inputs["completion_mask"].bool()
+        # Log the metrics
+        mask = completion_mask.bool()
         advantages = inputs["advantages"].unsqueeze(1)
-        coef_1 = torch.exp((per_token_logps - old_per_token_logps).masked_fill(~mask, 0.0))
-        per_token_kl = kl_penalty(
-            per_token_logps.masked_fill(~mask, 0.0), inputs["ref_per_token_logps"].masked_fill(~mask, 0.0)
-        )
+        coef_1, per_token_kl = coef_1.detach(), per_token_kl.detach()
+        # Compute the clipped probability ratios
         is_low_clipped = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)
         is_high_clipped = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
         is_region_clipped = is_low_clipped | is_high_clipped
         token_sums = torch.stack(
             [x.float()[mask].sum() for x in (per_token_kl, is_low_clipped, is_high_clipped, is_region_clipped, mask)]
         )
+        self._log_token_metrics(token_sums, (coef_1 - 1).abs().max().item())
+        return loss
+
+    def _log_token_metrics(self, token_sums, ratio_deviation) -> None:
+        # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
+        # optimizer step and turned into means when it is taken
         if self._window_token_sums is None:
             self._window_token_sums = token_sums
         else:
             self._window_token_sums = self._window_token_sums + token_sums
-        self._window_ratio_deviation = max(self._window_ratio_deviation, (coef_1 - 1).abs().max().item())
+        self._window_ratio_deviation = max(self._window_ratio_deviation, ratio_deviation)
         if self._sync_gradients:
             kl, low, high, region, num_tokens = self._window_token_sums.tolist()
             num_tokens = max(num_tokens, 1.0)
@@ -813,7 +853,7 @@ class GRPOTrainer:
             self._metrics["train"]["ratio_deviation/max"].append(self._window_ratio_deviation)
             self._window_token_sums, self._window_ratio_deviation = None, 0.0
 
-    def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
+    def training_step(self, model, inputs) -> torch.Tensor:
         """
         Forward and backward pass of one micro-batch; the training loop steps the optimizer once every
         `current_gradient_accumulation_steps` calls.
@@ -823,9 +863,6 @@ class GRPOTrainer:
                 The model to train, wrapped for data parallelism if there are several processes.
             inputs:
                 The generation batch this micro-batch belongs to, as `get_train_dataloader` yields it.
-            num_items_in_batch (*optional*):
-                Unused: the loss is normalized by the completion tokens of the generation batch, counted when it is
-                scored (`inputs["num_items_in_batch"]`).
 
         Returns:
             `torch.Tensor`: the detached loss of the micro-batch.
@@ -925,10 +962,10 @@ def train(policy, task, cfg: GRPOConfig, *, steps: int, batch_size: int, seed: i
     Trains `policy` on `task` with a fresh [`GRPOTrainer`] for `steps` generation batches of `batch_size` prompts
     each, and returns the [`generation_batch_stats`] of every one.
     """
-    process_index = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    accelerator = Accelerator()
     # every process samples its own prompts (the task samples them on the CPU) and its own completions
-    torch.manual_seed(seed + process_index)
-    generator = torch.Generator().manual_seed(seed + process_index)
+    torch.manual_seed(seed + accelerator.process_index)
+    generator = torch.Generator().manual_seed(seed + accelerator.process_index)
     train_dataset = (task.sample_prompts(batch_size, generator) for _ in range(steps))
 
     history, step_logs = [], []

@@ -67,8 +67,7 @@ class Rollout:
 # 1) sample a group of G completions per prompt
 
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
-    """(N, T) -> (N, T): 1 on each completion's tokens, 0 on the pad after it.
-    Built from positions, never from ids == pad."""
+    """(N, T) -> (N, T): 1 on each completion's tokens, 0 on the pad after it."""
     cols = torch.arange(completion_ids.size(1), device=completion_ids.device)  # (T,)
     ended, first_eos = (completion_ids == eos_id).max(dim=1)               # (N,) max gives the first hit
     return ((cols < first_eos[:, None]) | ~ended[:, None]).float()        # (N, T)
@@ -156,7 +155,6 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
     tokens are weighed, num_tokens is dapo's count. Given a dict `stats`, the loss also puts there, for the
     log, its own (N, T) ratio and KL, and where the clipped surrogate is below the unclipped one."""
     keep = completion_mask.bool()                                         # (N, T)
-    # a padded position's log-probs can be anything, inf and NaN too: the log-ratio is 0 there, before any exp
     log_ratio = (logp - old_logp).where(keep, 0.0)                        # (N, T) log pi / pi_old
     ratio = torch.exp(log_ratio)                                          # (N, T) pi / pi_old
     adv = advantages[:, None]                                             # (N, 1) one advantage per row
@@ -191,7 +189,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
 def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRPOConfig) -> dict:
     """One update on a batch of rollouts; returns the stats of the step. `policy` may be wrapped in
     DistributedDataParallel."""
-    ddp = dist.is_available() and dist.is_initialized()                   # is this a ddp run?
+    ddp = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1  # is this a ddp run?
     ddp_world_size = dist.get_world_size() if ddp else 1
     advantages = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)  # (N,)
     mask = rollout.completion_mask                                        # (N, T)

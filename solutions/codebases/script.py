@@ -72,27 +72,31 @@ def compute_cleanup():
 
 @dataclass(frozen=True)
 class GRPOConfig:
+    # Sampling
     group_size: int = 8 # samples per prompt, the group each one is compared with
     max_new_tokens: int = 8 # max tokens to generate per sample
     temperature: float = 1.0 # sampling temperature
-    beta: float = 0.04 # weight of the KL penalty to the reference model
-    clip_eps: float = 0.2 # PPO clip range
-    adv_eps: float = 1e-4 # added to the std the advantages are divided by
-    num_iterations: int = 1 # iterations on each batch of rollouts (mu)
+    # Batch sizes
+    grad_accum_steps: int = 1 # passes per optimizer step
+    # Optimization
     lr: float = 3e-3 # AdamW learning rate
     max_grad_norm: float = 1.0 # gradient norm clipping
+    num_iterations: int = 1 # iterations on each batch of rollouts (mu)
+    # Objective
     loss_type: str = "grpo" # grpo|bnpo|dr_grpo|dapo
     scale_rewards: str = "group" # group|batch|none
+    adv_eps: float = 1e-4 # added to the std the advantages are divided by
+    clip_eps: float = 0.2 # PPO clip range
     clip_eps_high: float | None = None # DAPO clip-higher (None = clip_eps)
-    grad_accum_steps: int = 1 # passes per optimizer step
     is_cap: float | None = None # cap of the sampler importance weight (None = no correction)
+    beta: float = 0.04 # weight of the KL penalty to the reference model
 
     def __post_init__(self):
         assert self.group_size >= 2, f"Each example is compared with its own samples, so it needs 2 or more: {self.group_size}"
         assert self.temperature > 0, f"Sampling needs a temperature above zero (no greedy decoding here): {self.temperature}"
+        assert self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}"
         assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"Expected grpo|bnpo|dr_grpo|dapo for the loss: {self.loss_type}"
         assert self.scale_rewards in ("group", "batch", "none"), f"Expected group|batch|none for the reward scaling: {self.scale_rewards}"
-        assert self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}"
 
     @property
     def clip_range(self):
@@ -318,10 +322,11 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     # Calculate the advantages: each sample's reward against the other samples of its prompt
     advantages_all = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards) # (N,)
 
-    # dapo takes its token mean over the whole batch, on all ranks; DDP averages the ranks' gradients, so each rank
-    # divides by its share of the count
+    # Count the valid tokens of this rank (for logging), then of all ranks (for dapo, which needs the total; the
+    # division by the world size undoes DDP's averaging of the gradients)
     ddp, ddp_rank, ddp_local_rank, ddp_world_size = get_dist_info()
-    num_valid = (targets_all >= 0).sum() # the valid tokens of this rank
+    num_valid = (targets_all >= 0).sum()
+    num_completion_tokens = num_valid.clamp(min=1).item()
     if ddp: # aggregate across ranks
         dist.all_reduce(num_valid, op=dist.ReduceOp.SUM)
     num_tokens = num_valid.clamp(min=1) / ddp_world_size
@@ -334,8 +339,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     old_logp_all = torch.zeros_like(targets_all, dtype=torch.float) # (N, P+T-1)
     ref_logp_all = torch.zeros_like(old_logp_all)
 
-    # For logging: the valid tokens of this rank, and one number per iteration
-    num_completion_tokens = (targets_all >= 0).sum().clamp(min=1).item()
+    # For logging: one number per iteration
     losses, kls, ratio_devs, clip_fracs, grad_norms = [], [], [], [], []
     model.zero_grad(set_to_none=True) # whatever gradients the caller left behind
     for iteration in range(cfg.num_iterations):

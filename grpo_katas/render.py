@@ -24,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_katas.catalogue import COMPONENTS
-from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, curves_for, plot_png, series, shared_range, sparkline,
+from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, by_rank, cell, curves_for, plot_png, series, shared_range,
+                               sparkline, table_columns,
                                summarize)
 from grpo_katas.progress import shown
 
@@ -44,7 +45,7 @@ def show_notes(logger: logging.Logger) -> None:
 
 
 def fmt(v, digits=3) -> str:
-    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
+    return cell(v, digits)
 
 
 def minutes(seconds: float) -> str:
@@ -112,28 +113,8 @@ def solution(kata, bugs: dict, healthy) -> None:
 
 # --- make run: the loop's output and the live table --------------------------------------------------------
 
-# The run table's columns: (stats key, header, digits), in the order they are drawn. A column shows once the loop
-# reports its key; keys not listed here come after these, in the order they first appear.
-RUN_COLUMNS = [("step", "step", 0), ("rank", "rank", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2),
-               ("kl", "kl", 4), ("loss", "loss", 4), ("clip_frac", "clip", 2), ("grad_norm", "gnorm", 2),
-               ("adv_std", "adv std", 2), ("completion_len", "len", 1), ("ratio_dev", "|r-1|", 3),
-               ("seconds", "s/step", 2)]
-# A loop's own timing of a step: the runner's seconds (s/step) measure every loop alike, and one time column is enough.
-TIME_KEYS = {"dt", "time", "step_time", "elapsed", "dt_ms", "time_ms"}
 MAX_ROWS = 40       # a longer run shows every k-th step (and the latest), so the table fits a screen
 OUTPUT_LINES = 20   # lines of the loop's output shown per step: a print in a hot loop cannot flood the screen
-
-
-def by_rank(row: dict) -> list:
-    """A data-parallel step (rank 0's stats as key, rank r's as key@r) as one row per rank, so the table keeps
-    one column per metric however many ranks there are."""
-    ranks = sorted({int(k.rsplit("@", 1)[1]) for k in row if re.fullmatch(r".+@\d+", k)})
-    if not ranks:
-        return [row]
-    rows = [{"step": row.get("step"), "rank": 0, **{k: v for k, v in row.items() if "@" not in k and k != "step"}}]
-    for r in ranks:
-        rows.append({"step": "", "rank": r, **{k[: -len(f"@{r}")]: v for k, v in row.items() if k.endswith(f"@{r}")}})
-    return rows
 
 
 def _table(columns: list, rows: list) -> Table:
@@ -152,9 +133,7 @@ def run_table(rows: list, title: str, width: int | None = None, cited=()):
     are dropped whole and named in one line above the table."""
     width = width or console.width
     rows = [r for row in rows for r in by_rank(row)]
-    known = {key for key, _, _ in RUN_COLUMNS}
-    extra = list(dict.fromkeys(k for r in rows for k in r if k not in known and k not in TIME_KEYS))
-    columns = [c for c in RUN_COLUMNS if any(c[0] in r for r in rows)] + [(k, k, 3) for k in extra]
+    columns = table_columns(rows)
     first = [c for c in columns if c[0] in ("step", "rank")] + [c for c in columns if c[0] in cited]
     kept = []
     for c in list(dict.fromkeys(first + columns)):
@@ -290,8 +269,8 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
                 cells.append(Text("not reported", style="dim"))
                 continue
             s = summarize(run, key)
-            cells.append(Text(sparkline(values, lo, hi), style=style) + Text(f"\n{s.first:.{digits}f} -> "
-                                                                             f"{s.last:.{digits}f}"))
+            cells.append(Text(sparkline(values, lo, hi), style=style) + Text(f"\n{cell(s.first, digits)} -> "
+                                                                             f"{cell(s.last, digits)}"))
         table.add_row(name, *cells)
     console.print(title)
     console.print(table)

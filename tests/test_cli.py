@@ -311,7 +311,8 @@ def test_the_run_table_fits_the_terminal_with_the_briefs_columns_first_and_names
     """Columns are dropped whole, never cut, the ones the brief cites last; the loop's own step time (the script
     codebase's dt) never makes a second time column."""
     from rich.console import Console
-    from grpo_katas.render import RUN_COLUMNS, run_table
+    from grpo_katas.curves import RUN_COLUMNS
+    from grpo_katas.render import run_table
     console = Console(width=width, record=True)
     console.print(run_table([ROW], "kata 14: work/14-timid-updates/grpo.py", width=width, cited=("adv_std", "kl")))
     lines = console.export_text().splitlines()

@@ -336,7 +336,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     # The log-probs of pi_old, which the first iteration records, and of the reference model
     logp_dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32) # as get_logp computes them
     old_logp_all = torch.zeros_like(targets_all, dtype=logp_dtype) # (N, P+T-1)
-    ref_logp_all = torch.zeros_like(old_logp_all)
+    ref_logp_all = torch.zeros_like(targets_all, dtype=logp_dtype)
 
     # For logging: one number per iteration
     losses, kls, ratio_devs, clip_fracs, grad_norms = [], [], [], [], []

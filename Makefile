@@ -44,8 +44,8 @@ help:
 	@echo "The repository:"
 	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
 	@echo "  make bubblewrap             install the checks' sandbox (bwrap) when missing; make setup runs it"
-	@echo "  make test                   the tests (not the slow ones), the checks on the reference, and the proof's test"
-	@echo "                              tier: every codebase, kata and bug once, at one seed (.ci/run adds the rest)"
+	@echo "  make test                   the tests (not the slow ones), the checks on the reference, and the proof's"
+	@echo "                              static rules; katas reproduced against their records (.ci/run adds the rest)"
 	@echo "  make verify [FRESH=1]       prove every bug is caught in every codebase and every kata fails exactly its"
 	@echo "                              FAIL_TO_PASS; reuses the verdicts of unchanged targets, FRESH=1 judges all"
 	@echo "  make katas                  rebuild katas/*/grpo.py after editing solutions/grpo.py or katas/bugs.toml"
@@ -74,8 +74,9 @@ bubblewrap:
 
 setup: $(STAMP)
 
-# make test: the tests but the slow ones, and the proof's test tier (every bug once, one seed) beside them, on the CPU
-# they leave idle (tests/__main__.py); .ci/run adds the slow tests and the whole proof (make verify FRESH=1)
+# make test: the tests but the slow ones (a kata of each codebase reproduced against its recorded run among them), the
+# checks on the reference, and the proof's static rules beside them (tests/__main__.py); .ci/run adds the slow tests
+# and the whole proof (make verify FRESH=1)
 test: $(STAMP)
 	$(PYTHON) -m tests
 

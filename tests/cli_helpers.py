@@ -8,6 +8,15 @@ import signal
 import subprocess
 import sys
 
+def count_checks() -> int:
+    """How many checks the judge runs: one per test function in checks/."""
+    import ast
+    from grpo_katas import ROOT
+    return sum(isinstance(node, ast.FunctionDef) and node.name.startswith("test_")
+               for path in (ROOT / "checks").glob("test_*.py") for node in ast.parse(path.read_text()).body)
+
+
+CHECKS = count_checks()
 ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
 OURS = re.compile(r'File "[^"]*/grpo_katas/')  # a traceback through the tooling: never acceptable
 

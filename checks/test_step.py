@@ -258,3 +258,54 @@ def oracle_ranks_step(policy, ref, lr, rollout, rewards, cfg) -> dict:
     oracle.grpo_step(twin, ref, lr, rollout, rewards, cfg, world=2)
     start = params(policy)
     return {name: p - start[name] for name, p in params(twin).items()}
+
+
+# ------------------------------------------------------------------ the options of 2026 (TRL 1.16's GRPOConfig)
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_one_step_follows_the_sequence_and_sampler_options(grpo, seed, draw):
+    gen = rng(seed, draw, 71)
+    settings = [dict(importance_sampling_level="sequence", loss_type="cispo", off_policy_mask_threshold=0.1,
+                     num_iterations=2),
+                dict(loss_type="sapo", rollout_is_mode="sequence_mask", rollout_is_clip_min=0.5,
+                     rollout_is_clip_max=2.0, use_bias_correction_kl=True, beta=0.1),
+                dict(loss_type="dapo", delta=1.5, rollout_is_mode="token_mask", rollout_is_clip_max=1.5,
+                     num_iterations=3)][draw]
+    policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=1.0, max_grad_norm=1e6, **settings)
+    got, expected, _, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
+    err = relative_error(got, expected)
+    assert close(err, 0.0, atol=2e-3), (
+        f"update: with {', '.join(f'{k}={v!r}' for k, v in settings.items())} and sampler log-probs that differ from "
+        f"pi_old, one grpo_step differs from the oracle's step by {err:.1%} of its size ({describe(got, expected)})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_one_step_trains_on_the_high_entropy_tokens(grpo, seed, draw):
+    gen = rng(seed, draw, 72)
+    quantile, k, mu, temperature = [(0.2, 1, 2, 1.0), (0.5, 2, 1, 0.7), (0.3, 3, 2, 1.3)][draw]
+    policy, ref, rollout, rewards, cfg = setup(grpo, gen, top_entropy_quantile=quantile, grad_accum_steps=k,
+                                               num_iterations=mu, temperature=temperature, max_grad_norm=1e6)
+    got, expected, _, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
+    err = relative_error(got, expected)
+    assert close(err, 0.0, atol=2e-3), (
+        f"update: with top_entropy_quantile {quantile}, grad_accum_steps {k}, num_iterations {mu} and temperature "
+        f"{temperature}, one grpo_step differs from the oracle's step by {err:.1%} of its size "
+        f"({describe(got, expected)})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_gradient_accumulation_matches_the_full_batch_for_cispo_sapo_and_gspo(grpo, seed, draw):
+    gen = rng(seed, draw, 73)
+    settings = [dict(loss_type="cispo", clip_eps_high=1.2), dict(loss_type="sapo"),
+                dict(loss_type="grpo", importance_sampling_level="sequence", off_policy_mask_threshold=0.05)][draw]
+    policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=0.5, num_iterations=2, max_grad_norm=1e6,
+                                               **settings)
+    k = 3 if len(rewards) % 3 else 5  # micro-batches of unequal rows (and so of unequal token counts)
+    cfg = grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+    tokens = [int(rollout.completion_mask[rows].sum()) for rows in oracle.micro_batches(len(rewards), k)]
+    got, expected, opt, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
+    err = relative_error(got, expected)
+    assert close(err, 0.0, atol=2e-3), (
+        f"update: with {', '.join(f'{k}={v!r}' for k, v in settings.items())} and grad_accum_steps {k} "
+        f"(micro-batches of {tokens} completion tokens), one grpo_step differs from the same step on the whole batch "
+        f"by {err:.1%} of its size ({describe(got, expected)})")

@@ -138,3 +138,18 @@ def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
 def test_grading_on_a_terminal_says_it_has_begun_before_the_checks_run(repo, tmp_path):
     code, text = on_a_terminal(repo, ["7", "katas/07-flat-kl/grpo.py", str(tmp_path)], module="grpo_katas.grade")
     assert code == 1 and text.index("grading katas/07-flat-kl/grpo.py against kata 7") < text.index("RESOLVED_NO")
+
+
+def test_a_second_grading_into_the_same_out_keeps_the_first_reports(repo):
+    """The reports already in OUT move to OUT/previous-<time>/ (as the grader says), never replaced."""
+    out = repo / "graded"
+    first = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "7", "no-such-file.py", str(out), "--seed", "1"],
+                           cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
+    assert first.returncode == 1 and not list(out.glob("previous-*"))
+    before = {name: (out / name).read_bytes() for name in ("results.json", "junit.xml", "summary.md")}
+    second = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "7", "no-such-file.py", str(out), "--seed", "2"],
+                            cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
+    kept = list(out.glob("previous-*"))
+    assert second.returncode == 1 and len(kept) == 1 and f"moved to {kept[0]}/" in second.stderr
+    assert {name: (kept[0] / name).read_bytes() for name in before} == before
+    assert json.loads((out / "results.json").read_text())["seed"] == 2

@@ -16,7 +16,9 @@ block, never inside it, so the lock is held for milliseconds and a command in an
 `make watch`) waits at most that long; since every change is made on the state as it is under the lock, neither
 loses the other's. `load()` is a read for commands that change nothing. A state file that cannot be parsed, or
 whose shape is not this version's, is set aside under a name of its own and reported (on this module's logger),
-never fatal. No function here overwrites a working copy without a timestamped backup.
+never fatal, and what can be read of it is kept (salvage): every kata record, drill, bug class and round of the
+right shape, from the file as parsed or, when it does not parse (cut short, a stray byte), from each object in its
+text that parses alone. No function here overwrites a working copy without a timestamped backup.
 """
 import contextlib
 import fcntl
@@ -120,22 +122,81 @@ def state_path() -> Path:
 
 
 def read() -> tuple:
-    """(the saved state, None), or ({}, why it cannot be used) when it is corrupt or of the wrong shape."""
+    """(the saved state, None), or (what could be salvaged of it, why it cannot be used whole) when it is corrupt
+    or of the wrong shape."""
     path = state_path()
     try:
-        state = json.loads(path.read_bytes())
-        check_shape(state)
-        return state, None
+        data = path.read_bytes()
     except FileNotFoundError:
         return {"katas": {}}, None
-    except ValueError as exc:  # UnicodeDecodeError and json's errors are ValueErrors too
-        return {"katas": {}}, str(exc)
     except OSError as exc:
         raise UserError(f"cannot read your progress file {shown(path)}: {exc.strerror}") from None
+    try:
+        state = json.loads(data)
+        check_shape(state)
+        return state, None
+    except ValueError as exc:  # UnicodeDecodeError and json's errors are ValueErrors too
+        return salvage(data), str(exc)
 
 
-def set_aside(why: str) -> None:
-    """Rename the unusable state file to a name no other set-aside file has, and say so (under the lock)."""
+# A part of the state that parses alone, found in the text of a file that does not: (section, how to recognise it).
+PARTS = [("katas", r"\d{1,3}|d\d{1,4}", "hints"), ("drills", r"d\d{1,4}", "made"), ("classes", r"[a-z0-9][a-z0-9-]*", "box"),
+         ("round", r"round", "minutes")]
+
+
+def salvage(data: bytes) -> dict:
+    """The state that can be kept of an unusable file: each kata record, drill, bug class and the round that has
+    this version's shape, taken from the file as parsed, or, when it does not parse, from each JSON object in its
+    text that parses alone ("7": {"hints": 1, ...}); the first of a name wins."""
+    text = data.decode("utf-8", "replace")
+    try:
+        whole = json.loads(text)
+        found = [(section, key, value) for section in ("katas", "drills", "classes")
+                 if isinstance(whole, dict) and isinstance(whole.get(section), dict)
+                 for key, value in whole[section].items()]
+        found += [("round", "round", whole["round"])] if isinstance(whole, dict) and "round" in whole else []
+    except ValueError:
+        found = list(parts_in(text))
+    state = {"katas": {}}
+    for section, key, value in found:
+        trial = {"katas": {}, **({"round": value} if section == "round" else {section: {key: value}})}
+        try:
+            check_shape(trial)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if section == "round":
+            state.setdefault("round", value)
+        else:
+            state.setdefault(section, {}).setdefault(key, value)
+    return state
+
+
+def parts_in(text: str):
+    """(section, key, object) for each `"key": {...}` in the text that decodes alone and looks like a part."""
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r'"([^"\\]{1,100})"\s*:\s*(?=\{)', text):
+        try:
+            value, _ = decoder.raw_decode(text, m.end())
+        except ValueError:
+            continue
+        for section, key_pattern, field in PARTS:
+            if isinstance(value, dict) and field in value and re.fullmatch(key_pattern, m[1]):
+                yield section, m[1], value
+                break
+
+
+def kept(state: dict) -> str:
+    """What a salvaged state holds, in words."""
+    parts = [f"{len(state[s])} {s.rstrip('s') if len(state[s]) == 1 else s} ({', '.join(sorted(state[s]))})"
+             for s in ("katas", "drills") if state.get(s)]
+    parts += [f"{len(state['classes'])} bug class(es)"] if state.get("classes") else []
+    parts += ["the open mock round"] if state.get("round") else []
+    return "kept what could be read of it: " + "; ".join(parts) if parts else "nothing in it could be read"
+
+
+def set_aside(why: str, salvaged: dict) -> None:
+    """Rename the unusable state file to a name no other set-aside file has, write what was salvaged of it in its
+    place, and say so (under the lock)."""
     path = state_path()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     aside, i = path.with_name(f"state.json.corrupt-{stamp}"), 2
@@ -146,8 +207,10 @@ def set_aside(why: str) -> None:
     except OSError as err:
         raise UserError(f"progress file {shown(path)} is unreadable ({why}) and cannot be set aside "
                         f"({err.strerror}); move it away yourself") from None
-    log.warning(f"progress file {shown(path)} was unreadable ({why}); set aside as {aside.name}, starting "
-                f"fresh. Your work files are untouched.")
+    if salvaged != {"katas": {}}:
+        save(salvaged)
+    log.warning(f"progress file {shown(path)} was unreadable ({why}); set aside as {aside.name}, {kept(salvaged)}. "
+                f"Your work files are untouched.")
 
 
 @contextlib.contextmanager
@@ -182,8 +245,7 @@ def load() -> dict:
     with locked():
         state, why = read()  # another command may have set it aside meanwhile
         if why is not None:
-            set_aside(why)
-            state = {"katas": {}}
+            set_aside(why, state)
     return state
 
 
@@ -194,7 +256,7 @@ def update():
     with locked():
         state, why = read()
         if why is not None:
-            set_aside(why)
+            set_aside(why, state)
         before = json.dumps(state, sort_keys=True)
         yield state
         if json.dumps(state, sort_keys=True) != before:

@@ -473,3 +473,18 @@ def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_no
     assert text.index("the hidden checks on") < text.index("component")
     code, text = on_a_terminal(repo, ["check", "1"], until="the hidden checks on")
     assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text
+
+
+def test_a_corrupt_state_file_is_kept_and_the_records_that_parse_are_recovered(repo):
+    import json
+    cli(repo, "kata", "1")
+    cli(repo, "hint", "1")
+    cli(repo, "kata", "2")
+    text = (repo / "work" / "state.json").read_text()
+    cut = text[:text.index('"2"') + 12]  # cut short inside kata 2's record, as a full disk or a crash leaves it
+    (repo / "work" / "state.json").write_text(cut)
+    code, out = cli(repo, "list")
+    assert code == 0 and "set aside as state.json.corrupt-" in out and "kept what could be read of it: 1 kata (1)" in out
+    assert [p.read_text() for p in (repo / "work").glob("state.json.corrupt-*")] == [cut]  # kept, named
+    assert "in progress" in row(out, 1) and row(out, 1).split()[-1] == "1"  # kata 1's hint survived
+    assert state(repo)["katas"]["1"]["hints"] == 1 and "2" not in state(repo)["katas"]

@@ -111,6 +111,7 @@ def cmd_watch(args) -> int:
 def cmd_hint(args) -> int:
     kata = find(args.n, "hint")
     with progress.update() as state:
+        progress.active(state, kata)
         level = progress.next_hint(state, kata)
     render.hint_panel(kata, level)
     return 0
@@ -119,6 +120,7 @@ def cmd_hint(args) -> int:
 def cmd_solution(args) -> int:
     kata = find(args.n, "solution")
     with progress.update() as state:
+        progress.active(state, kata)
         drills.reveal(state, kata, args.force)
     render.solution(kata, load_bugs(), CODEBASES[kata.codebase].path)
     return 0

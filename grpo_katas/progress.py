@@ -37,6 +37,7 @@ from grpo_katas import ROOT, UserError
 
 WORK = ROOT / "work"
 LOCK_SECONDS = 30  # waiting longer than this for another command's change means it is stuck (Ctrl-Z?)
+IDLE_SECONDS = 600  # a gap between two signs of work longer than this counts as this long: time away is not spent
 log = logging.getLogger(__name__)
 
 
@@ -61,7 +62,8 @@ def cannot_write(path: Path, exc: OSError) -> UserError:
 # its timezone, as now() writes it.
 TIME = "time"
 RECORD_FIELDS = {"hints": int, "started": TIME, "solved": TIME, "seconds": (int, float), "revealed_unsolved": TIME,
-                 "hints_before_solving": int, "history": list}
+                 "hints_before_solving": int, "history": list, "spent": (int, float), "active_at": TIME,
+                 "resets": int}
 DRILL_FIELDS = {"made": TIME, "recorded": bool, "fixed": list}
 CLASS_FIELDS = {"box": int, "attempts": list, "due": TIME}
 ATTEMPT_FIELDS = {"at": TIME, "found": bool, "seconds": (int, float), "hints": int, "revealed": bool}
@@ -309,11 +311,44 @@ def record_of(state: dict, kata) -> dict:
     return state["katas"].setdefault(kata.key, {"hints": 0})
 
 
-def elapsed(record: dict) -> float:
-    """Seconds since the kata was started (0 when it never was)."""
-    if "started" not in record:
-        return 0.0
-    return (datetime.now(timezone.utc) - datetime.fromisoformat(record["started"])).total_seconds()
+def active(state: dict, kata) -> dict:
+    """Note work on the kata now (a command run on it), and a save of its working copy since the last note: the
+    clock runs from one sign of work to the next, a gap over IDLE_SECONDS counting as IDLE_SECONDS. Returns the
+    kata's record."""
+    record = record_of(state, kata)
+    saved = saved_at(kata)
+    if saved and record.get("active_at") and saved > datetime.fromisoformat(record["active_at"]):
+        tick(record, saved)
+    tick(record, datetime.now(timezone.utc))
+    return record
+
+
+def tick(record: dict, at: datetime) -> None:
+    last = record.get("active_at") or record.get("started")
+    gap = (at - datetime.fromisoformat(last)).total_seconds() if last else 0.0
+    record["spent"] = record.get("spent", 0.0) + min(max(gap, 0.0), IDLE_SECONDS)
+    record["active_at"] = max(at, datetime.fromisoformat(last)).isoformat(timespec="seconds") if last else \
+        at.isoformat(timespec="seconds")
+
+
+def saved_at(kata) -> datetime | None:
+    """When the working copy was last saved (never later than now), or None when there is none."""
+    try:
+        mtime = working_copy(kata).stat().st_mtime
+    except OSError:
+        return None
+    return min(datetime.fromtimestamp(mtime, timezone.utc), datetime.now(timezone.utc))
+
+
+def elapsed(record: dict, kata=None) -> float:
+    """Seconds spent on the kata (its clock, see the module's docstring), a save of its copy seen after the last
+    command included when `kata` is given; 0 when it was never started."""
+    spent = record.get("spent", 0.0)
+    last = record.get("active_at") or record.get("started")
+    saved = saved_at(kata) if kata is not None else None
+    if last and saved and saved > datetime.fromisoformat(last):
+        spent += min((saved - datetime.fromisoformat(last)).total_seconds(), IDLE_SECONDS)
+    return spent
 
 
 # --- working copies ------------------------------------------------------------------------------------
@@ -352,6 +387,7 @@ def start(state: dict, kata) -> bool:
     if not resumed:
         restore(kata, path)
     record_of(state, kata).setdefault("started", now())
+    active(state, kata)
     return resumed
 
 
@@ -393,7 +429,7 @@ def solve(state: dict, kata) -> dict:
     """Record the kata as solved (once: the first time the checks pass) and return its record."""
     record = record_of(state, kata)
     if not record.get("solved"):
-        record["solved"], record["seconds"] = now(), elapsed(record)
+        record["solved"], record["seconds"] = now(), elapsed(record)  # the clock, noted by the check that solved it
         record["hints_before_solving"] = record["hints"]
     return record
 
@@ -440,7 +476,7 @@ def status(state: dict, kata) -> Status:
     if record.get("solved"):
         label, seconds = "solved", record["seconds"]
     elif working_copy(kata).exists():
-        label, seconds = "in progress", elapsed(record) if "started" in record else None
+        label, seconds = "in progress", elapsed(record, kata) if "started" in record else None
     else:
         label, seconds = "not started", None
     return Status(label, seconds, hints_counted(record), before, "revealed_unsolved" in record)

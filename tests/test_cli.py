@@ -488,3 +488,16 @@ def test_a_corrupt_state_file_is_kept_and_the_records_that_parse_are_recovered(r
     assert [p.read_text() for p in (repo / "work").glob("state.json.corrupt-*")] == [cut]  # kept, named
     assert "in progress" in row(out, 1) and row(out, 1).split()[-1] == "1"  # kata 1's hint survived
     assert state(repo)["katas"]["1"]["hints"] == 1 and "2" not in state(repo)["katas"]
+
+
+def test_the_clock_counts_time_spent_and_a_pause_counts_at_most_the_idle_threshold():
+    from datetime import datetime, timedelta, timezone
+    from grpo_katas import progress
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    record = {"hints": 0, "started": t0.isoformat()}
+    for minutes in (3, 5, 65, 66):  # commands at 3 and 5 min, then back after an hour away, then a minute more
+        progress.tick(record, t0 + timedelta(minutes=minutes))
+    assert record["spent"] == (5 + 10 + 1) * 60 and progress.IDLE_SECONDS == 600  # the hour away counts as 10 min
+    assert record["active_at"] == (t0 + timedelta(minutes=66)).isoformat()
+    progress.tick(record, t0 + timedelta(minutes=60))  # a save older than the last command counts nothing
+    assert record["spent"] == 16 * 60

@@ -2,12 +2,18 @@
 git-ignored). This module is the one owner of the state file; the others change the state it hands them.
 
     {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "hints_before_solving": 1,
-                     "revealed_unsolved": ISO, "history": [...]}},
+                     "revealed_unsolved": ISO, "spent": 300.0, "active_at": ISO, "resets": 1, "history": [...]}},
      "round": {...},                                     (the open mock round, see rounds.py)
      "drills": {"d1": {...}}, "classes": {...}}          (drills and their bug classes, see drills.py)
 
 Each kata's record holds the hint ladder's rung, when it was started and solved, the hints taken before solving,
-when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape).
+when the solution was revealed unsolved, its clock (`spent`, up to `active_at`), how often it was reset, and, from
+versions that started a new record on reset, the attempts before one (`history`, records of the same shape).
+
+The clock counts time spent, not time since `make kata`: work on a kata is a command run on it (kata, run, check,
+watch, hint, solution, reset, mock) or a save of its working copy that one of them sees (watch sees every save); the
+time between two of these is added, but a gap longer than IDLE_SECONDS counts as IDLE_SECONDS (you were away). A
+reset keeps the record (solved stays solved, with its time and hints): it restores the file, not your history.
 
 One command, one change, as rustlings keeps its AppState: `with update() as state:` loads the state under a lock
 (work/.state.lock), hands it to the command, and writes it back once, atomically (a temporary file renamed over
@@ -401,9 +407,9 @@ def restore(kata, path: Path) -> None:
 
 
 def reset(state: dict, kata) -> Path | None:
-    """Back up the working copy (returns the backup, None when there was none), restore the pristine kata and
-    start a fresh record; the old one goes to the record's history. Whatever is at the copy's path is kept: a
-    file is copied to backups/, anything else (a folder) moved there."""
+    """Back up the working copy (returns the backup, None when there was none) and restore the pristine kata. The
+    kata's record is kept, solved or not, with its time and hints: a reset starts the file over, not your history.
+    Whatever is at the copy's path is kept: a file is copied to backups/, anything else (a folder) moved there."""
     path = working_copy(kata)
     backup = None
     try:
@@ -416,10 +422,11 @@ def reset(state: dict, kata) -> Path | None:
                 path.rename(backup)
     except OSError as exc:
         raise cannot_write(path.parent, exc) from None
+    record = active(state, kata)  # the work up to the reset counts; the restored file is no save of yours
     restore(kata, path)
-    old = state["katas"].pop(kata.key, None)
-    history = (old or {}).pop("history", []) + ([old] if old else [])
-    state["katas"][kata.key] = {"hints": 0, "started": now(), "history": history}
+    record.setdefault("started", now())
+    record["resets"] = record.get("resets", 0) + 1
+    record["active_at"] = max(record["active_at"], datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return backup
 
 

@@ -475,6 +475,23 @@ def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_no
     assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text
 
 
+def test_a_reset_restores_the_file_and_keeps_the_record(repo):
+    cli(repo, "kata", "3")
+    for _ in range(2):
+        cli(repo, "hint", "3")
+    record = state(repo)["katas"]["3"]
+    record.update(solved="2024-01-01T00:10:00+00:00", seconds=660.0, hints_before_solving=2)
+    (repo / "work" / "state.json").write_text(__import__("json").dumps({"katas": {"3": record}}))
+    copy_of(repo, 3).write_text("my fix\n")
+    code, out = make(repo, "reset", "N=3", "YES=1")
+    assert code == 0 and copy_of(repo, 3).read_text() == next(repo.glob("katas/03-*/grpo.py")).read_text()
+    after = state(repo)["katas"]["3"]
+    assert {k: after[k] for k in ("solved", "seconds", "hints", "hints_before_solving")} == \
+        {"solved": record["solved"], "seconds": 660.0, "hints": 2, "hints_before_solving": 2} and after["resets"] == 1
+    line = row(cli(repo, "list")[1], 3)
+    assert "solved" in line and "11 min" in line and line.split()[-1] == "2"
+
+
 def test_a_corrupt_state_file_is_kept_and_the_records_that_parse_are_recovered(repo):
     import json
     cli(repo, "kata", "1")

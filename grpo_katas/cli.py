@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from grpo_katas import UserError, drills, progress, render, rounds, yes_or_no
-from grpo_katas.catalogue import CODEBASES, fixed_bug_ids, load_bugs, load_katas
+from grpo_katas.catalogue import CODEBASES, COMPONENTS, TIERS, fixed_bug_ids, load_bugs, load_katas
 from grpo_katas.drills import find
 from grpo_katas.jobs import LoopRun, reference_run, run_args, run_checks
 from grpo_katas.progress import now, require_copy, shown, working_copy
@@ -66,25 +66,42 @@ def cmd_run(args) -> int:
 
 
 def cmd_check(args) -> int:
+    """The checks on a kata's copy or on --target, at --seed, all or one --component; a table (with --all every
+    failing check below it) or, with --format json, one JSON object on stdout (render.check_json's schema)."""
+    as_json = getattr(args, "format", "table") == "json"
+    component = getattr(args, "component", None)
     if getattr(args, "target", None) is not None:  # make check TARGET=: any file that implements the contract
         if not args.target:
             raise UserError("TARGET is empty; give the file to check, e.g. `make check TARGET=path/to/grpo.py`")
-        path = Path(args.target).resolve()
-        with render.busy(f"the hidden checks on {shown(path)}, seed {args.seed} (about 10 s)"):
-            results = run_checks(path, args.seed)
-        return 1 if render.check_report(results, f"{shown(path)}, seed {args.seed}") else 0
-    kata = find(args.n, "check")
-    path = require_copy(kata)
-    with render.busy(f"the hidden checks on {shown(path)} (about 10 s)"):
-        results = run_checks(path)
-    fixed = fixed_bug_ids(kata, load_bugs(), results)
-    n_failed = render.check_report(results, f"kata {kata.key}: {shown(path)}", kata, fixed)
-    with progress.update() as state:
-        record = drills.after_check(state, kata, fixed, passed=not n_failed)
-    if n_failed:
+        path, kata = Path(args.target).resolve(), None
+    else:
+        kata = find(args.n, "check")
+        path = require_copy(kata)
+    if as_json:  # stdout holds the JSON alone; anything else said goes to stderr
+        console.file = sys.stderr
+    title = f"kata {kata.key}: {shown(path)}" if kata else shown(path)
+    title += (f", seed {args.seed}" if args.seed or not kata else "") + (f", {component} only" if component else "")
+    extras = (f", seed {args.seed}" if args.seed else "") + (f", {component} only" if component else "")
+    with render.busy(f"the hidden checks on {shown(path)}{extras} (about 10 s)"):
+        results = run_checks(path, args.seed, component)
+    whole = kata is not None and component is None  # only every check of a kata says which bugs are fixed
+    fixed = fixed_bug_ids(kata, load_bugs(), results) if whole else None
+    failed = sum(not r.passed for r in results.values())
+    record = None
+    if kata is not None:
+        with progress.update() as state:
+            progress.active(state, kata)
+            if whole:
+                record = drills.after_check(state, kata, fixed, passed=not failed)
+    if as_json:
+        print(render.check_json(results, path, args.seed, component, kata, fixed, record))
+        return 1 if failed else 0
+    render.check_report(results, title, kata if whole else None, fixed or (), every=args.all, component=component)
+    if failed:
         return 1
-    console.print(f"[bold green]Solved[/] in {minutes(record['seconds'])} (time box {kata.minutes} min), "
-                  f"{progress.hints_counted(record)} hint(s). See the explanation: make solution N={kata.key}")
+    if record:
+        console.print(f"[bold green]Solved[/] in {minutes(record['seconds'])} (time box {kata.minutes} min), "
+                      f"{progress.hints_counted(record)} hint(s). See the explanation: make solution N={kata.key}")
     return 0
 
 
@@ -265,7 +282,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line and exit status 2, as every other mistake gets."""
 
     def error(self, message):
-        console.print(f"[red]error:[/] {escape(message)}; `{self.prog} --help` says more")
+        console.print(f"[red]error:[/] {escape(message)}; `{self.prog} --help` says more", soft_wrap=True)
         sys.exit(2)
 
 
@@ -301,8 +318,21 @@ def parser() -> argparse.ArgumentParser:
     check.add_argument("--target", default=None, metavar="FILE",
                        help="check this file instead of a kata's copy (make check TARGET=f.py): any file that "
                             "implements the contract, such as a fix you wrote elsewhere")
-    check.add_argument("--seed", type=int, default=0,
-                       help="with --target, the base seed of the checks' drawn shapes and values (default 0)")
+    for name in ("check", "watch"):
+        c = sub.choices[name]
+        c.add_argument("--seed", type=int, default=0,
+                       help="the base seed of the checks' drawn shapes and values (default 0, as CI's first seed); "
+                            "another seed draws other inputs, to see that a fix holds beyond one draw")
+        c.add_argument("--all", nargs="?", const=True, default=False, type=yes_or_no, metavar="YES",
+                       help="below the table, every failing check with what it observed (the table shows the first "
+                            "per component): to see all a fix still has to do (make check ALL=1)")
+        c.add_argument("--component", choices=COMPONENTS, default=None, metavar="NAME",
+                       help=f"run only this component's checks ({', '.join(COMPONENTS)}; make check "
+                            f"COMPONENT=loss): seconds instead of the whole run, while you work on one function; "
+                            f"records nothing")
+    check.add_argument("--format", choices=["table", "json"], default="table",
+                       help=f"table (default) or json: one JSON object on stdout ({render.CHECK_SCHEMA}, README: "
+                            f"The checks' JSON) for scripts and CI; the exit status is the same")
     sub.choices["watch"].add_argument("--interval", type=positive(float), default=0.5,
                                       help="seconds between looks at the file (default 0.5)")
     sub.choices["solution"].add_argument("--force", nargs="?", const=True, default=False, type=yes_or_no,
@@ -335,7 +365,7 @@ def main(argv=None) -> int:
     try:
         return COMMANDS[args.command][0](args)
     except UserError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted; nothing was recorded")

@@ -9,12 +9,18 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_katas import REFERENCE, ROOT, UserError
+from grpo_katas import CHECKS, REFERENCE, ROOT, UserError
 from grpo_katas.progress import read_cache, write_cache
 
 
@@ -24,17 +30,18 @@ def python_env() -> dict:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
 
 
-def run_checks(path: Path, seed: int = 0) -> dict:
+def run_checks(path: Path, seed: int = 0, component: str | None = None) -> dict:
     """{CheckId: Verdict} for one file, judged exactly as CI judges it: the checks run in this process, the file
-    in a sandboxed worker process (grpo_katas/judge); raises UserError when it cannot be judged, and
-    KeyboardInterrupt when Ctrl-C stopped the checks (pytest catches it and returns its status for it)."""
+    in a sandboxed worker process (grpo_katas/judge); with `component`, only that component's checks (its file in
+    checks/). Raises UserError when it cannot be judged, and KeyboardInterrupt when Ctrl-C stopped the checks
+    (pytest catches it and returns its status for it)."""
     import pytest
 
     from grpo_katas import matrix  # pytest and torch, imported only when checks run
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.is_file():
         raise UserError(f"{shown}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
-    run = matrix.run([path], [seed])
+    run = matrix.run([path], [seed], checks=component_checks(component) if component else CHECKS)
     if run.exit_code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if 0 in run.load_errors:
@@ -44,7 +51,18 @@ def run_checks(path: Path, seed: int = 0) -> dict:
     return run.of(0, seed)
 
 
-def run_args(steps: int, seed: int, nproc: int, settings: list, hf_model: str = "", task: str | None = None) -> list:
+def component_checks(component: str) -> Path:
+    """The file in checks/ that holds one component's checks (its `pytestmark = pytest.mark.component(...)`)."""
+    for f in sorted(CHECKS.glob("test_*.py")):
+        if re.search(rf"^pytestmark = pytest\.mark\.component\([\"']{re.escape(component)}[\"']\)", f.read_text(),
+                     re.MULTILINE):
+            return f
+    from grpo_katas.catalogue import COMPONENTS
+    raise UserError(f"COMPONENT must be one of {', '.join(COMPONENTS)}, got {component!r}")
+
+
+def run_args(steps: int, seed: int, nproc: int, settings: list, hf_model: str = "", task: str | None = None,
+             device: str | None = None) -> list:
     """The runner's arguments for a run (a kata's, and the healthy run beside it); a local model folder goes by
     its full path, since the runner starts in the repository root."""
     args = ["--steps", str(steps), "--seed", str(seed), "--nproc", str(nproc), "--set", *settings]

@@ -60,7 +60,7 @@ def busy(text: str):
     if not console.is_terminal:
         yield lambda note: None
         return
-    with os.fdopen(os.dup(sys.stdout.fileno()), "w") as screen:
+    with os.fdopen(os.dup(console.file.fileno()), "w") as screen:
         spinner = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                            console=Console(file=screen, highlight=False), transient=True)
         with spinner:
@@ -285,14 +285,17 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
 
 # --- make check --------------------------------------------------------------------------------------
 
-def check_report(results: dict, title: str, kata=None, fixed=()) -> int:
-    """The check table, then how many checks pass (and, for a kata, how many of its bugs are fixed); returns the
-    number of checks that fail."""
+def check_report(results: dict, title: str, kata=None, fixed=(), every: bool = False, component=None) -> int:
+    """The check table (one component's row with `component`), with `every` each failing check and its message
+    below it, then how many checks pass (and, for a whole kata, how many of its bugs are fixed); returns the number
+    of checks that fail."""
     console.print(check_table(results, title))
-    failed = sum(not r.passed for r in results.values())
-    count = f"{len(results) - failed} of {len(results)} checks pass"
+    failed = sorted(c for c, r in results.items() if not r.passed)
+    if every and failed:
+        console.print(failing_checks(results, failed))
+    count = f"{len(results) - len(failed)} of {len(results)} {component + ' ' if component else ''}checks pass"
     console.print(f"{len(fixed)} of {len(kata.bugs)} bugs fixed; {count}" if kata else count)
-    return failed
+    return len(failed)
 
 
 def check_table(results: dict, title: str) -> Table:
@@ -301,10 +304,43 @@ def check_table(results: dict, title: str) -> Table:
         table.add_column(col, overflow="fold")
     for comp in COMPONENTS:
         mine = {c: r for c, r in results.items() if c.component == comp}
+        if not mine:  # a component that was not run (make check COMPONENT=...)
+            continue
         failed = [r for r in mine.values() if not r.passed]
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
         table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0].message) if failed else "")
     return table
+
+
+def failing_checks(results: dict, failed: list) -> Table:
+    """Every failing check (make check ALL=1), by component, with what it observed."""
+    table = Table("failing check", "what it observed", title=f"every failing check ({len(failed)})", box=box.SIMPLE,
+                  show_lines=False)
+    table.columns[0].overflow = table.columns[1].overflow = "fold"
+    for c in failed:
+        table.add_row(str(c), escape(results[c].message))
+    return table
+
+
+CHECK_SCHEMA = "grpo-katas/check/1"
+
+
+def check_json(results: dict, path, seed: int, component, kata=None, fixed=None, record=None) -> str:
+    """`make check FORMAT=json`: the verdict as one JSON object, schema CHECK_SCHEMA (README: The checks' JSON)."""
+    import json
+    order = sorted(results)
+    comps = [{"name": comp, "passed": sum(results[c].passed for c in order if c.component == comp),
+              "total": sum(c.component == comp for c in order)} for comp in COMPONENTS
+             if any(c.component == comp for c in order)]
+    out = {"schema": CHECK_SCHEMA, "target": shown(path), "kata": kata.key if kata else None, "seed": seed,
+           "component": component, "passed": sum(results[c].passed for c in order), "total": len(order),
+           "bugs": {"planted": len(kata.bugs), "fixed": len(fixed)} if kata and fixed is not None else None,
+           "solved": bool(record) if kata and fixed is not None else None,
+           "seconds": round(record["seconds"], 1) if record else None,
+           "components": comps,
+           "checks": [{"id": str(c), "component": c.component, "name": c.name, "passed": results[c].passed,
+                       "message": results[c].message, "kind": results[c].kind} for c in order]}
+    return json.dumps(out, indent=1, ensure_ascii=False)
 
 
 # --- make list, stats ----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ def test_a_copy_started_before_the_kata_was_renamed_is_still_yours(repo):
 
 @pytest.mark.timeout(180)  # two runs of the checks; the plugin's 60 s per item is meant for one check
 def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
+    import json
     cli(repo, "kata", "1")
     code, out = cli(repo, "check", "1")
     assert code == 1 and "0 of 1 bugs fixed" in out and "fail" in out
@@ -43,6 +44,8 @@ def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     code, out = cli(repo, "check", "1")
     assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out and "1 hint(s)" in out
     assert state(repo)["katas"]["1"]["solved"]
+    code, out = cli(repo, "check", "1", "--format", "json")
+    assert code == 0 and json.loads(out)["solved"] is True and json.loads(out)["bugs"] == {"planted": 1, "fixed": 1}
     cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/35 solved" in out
@@ -473,6 +476,28 @@ def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_no
     assert text.index("the hidden checks on") < text.index("component")
     code, text = on_a_terminal(repo, ["check", "1"], until="the hidden checks on")
     assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text
+
+
+@pytest.mark.timeout(180)
+def test_check_takes_a_seed_one_component_lists_every_failure_and_speaks_json(repo):
+    import json
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "check", "1", "--seed", "5", "--component", "kl", "--all")
+    assert code == 1 and "kata 1: work/01-kl-creep/grpo.py, seed 5, kl only" in out, out
+    rows = [line.split()[1] for line in out.splitlines() if line.startswith("│")]
+    assert rows == ["kl"] and out.strip().splitlines()[-1] == "2 of 4 kl checks pass"  # the kl row alone
+    listed = out[out.index("every failing check (2)"):]
+    assert listed.count("kl::") == 2 and "expected" in listed  # each failing check with what it observed
+    assert "bugs fixed" not in out and "solved" not in state(repo)["katas"]["1"]  # one component records nothing
+    code, out = cli(repo, "check", "1", "--component", "kl", "--format", "json")
+    report = json.loads(out)  # stdout holds the JSON alone
+    assert code == 1 and report["schema"] == "grpo-katas/check/1" and report["kata"] == "1"
+    assert (report["passed"], report["total"], report["component"], report["seed"]) == (2, 4, "kl", 0)
+    assert report["components"] == [{"name": "kl", "passed": 2, "total": 4}] and report["bugs"] is None
+    assert {c["id"].split("::")[0] for c in report["checks"]} == {"kl"} and all(
+        set(c) == {"id", "component", "name", "passed", "message", "kind"} for c in report["checks"])
+    code, out = cli(repo, "check", "1", "--component", "nope")
+    assert code == 2 and "invalid choice: 'nope'" in out and len(out.strip().splitlines()) == 1
 
 
 def test_a_reset_restores_the_file_and_keeps_the_record(repo):

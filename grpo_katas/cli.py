@@ -34,6 +34,11 @@ def cmd_kata(args) -> int:
     return 0
 
 
+# A step's budget, in CPU-seconds (and in seconds without any CPU): a step of the lab model takes under a second,
+# one of a real model on a GPU up to a minute; a step over it is a loop that hangs.
+STEP_BUDGET, HF_STEP_BUDGET = 60.0, 600.0
+
+
 def cmd_run(args) -> int:
     kata = find(args.n, "run")
     path = require_copy(kata)
@@ -41,8 +46,11 @@ def cmd_run(args) -> int:
     steps, seed, nproc = (kata.run[k] if getattr(args, k) is None else getattr(args, k)
                           for k in ("steps", "seed", "nproc"))
     settings = kata.settings if args.set is None else args.set
-    runner_args = run_args(steps, seed, nproc, settings, args.hf_model, args.task)
-    run = LoopRun(path, runner_args, log=path.parent / "run.log")
+    runner_args = run_args(steps, seed, nproc, settings, args.hf_model, args.task, args.device)
+    budget = args.budget or (HF_STEP_BUDGET if args.hf_model else STEP_BUDGET)
+    with progress.update() as state:  # running the kata is time spent on it
+        progress.active(state, kata)
+    run = LoopRun(path, runner_args, log=path.parent / "run.log", budget=budget)
     cited = render.cited_metrics(kata)
     history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps), cited,
                                     shown(path.parent / "run.log"))
@@ -51,11 +59,17 @@ def cmd_run(args) -> int:
         raise UserError(flag_words(last["setting"], last["problem"]))
     if last and last["event"] == "error":  # the file does not load, or a setting is not one of its GRPOConfig's
         raise UserError(f"cannot run {shown(path)}: {last['message']}")
+    if last and last["event"] == "interrupted":
+        render.stopped_report(last, path, "BUDGET=")
+        return 130
     if history:  # a crash after some steps still shows how the run went until then
         with console.status("a healthy run with the same seed and settings, for comparison (kept in work/cache/)"):
             healthy = reference_run(runner_args, CODEBASES[kata.codebase].path)
         render.comparison(f"kata {kata.key}", history, healthy, steps, path.parent / "run.png",
                           f"kata {kata.key}, seed {seed}" + (f", {' '.join(settings)}" if settings else ""), cited)
+    if last and last["event"] == "hung":
+        render.stopped_report(last, path, "BUDGET=")
+        return 1
     if last and last["event"] == "crash":
         render.crash_report(last)
         return 1
@@ -314,6 +328,13 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--task", default=None,
                      help="the task (default sum); with --hf-model also arith or gsm8k, word problems for a "
                           "pretrained model")
+    run.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"],
+                     help="where the run trains (default cpu for the lab model, auto with --hf-model: CUDA when there "
+                          "is one); cuda where torch sees none is refused")
+    run.add_argument("--budget", type=positive(float), default=None, metavar="SECONDS",
+                     help=f"a step that uses this many CPU-seconds, or no CPU for this many seconds, is stopped as "
+                          f"hung and shows where your loop was (default {STEP_BUDGET:g}; {HF_STEP_BUDGET:g} with "
+                          f"--hf-model; a lab-model step takes under a second)")
     check = sub.choices["check"]
     check.add_argument("--target", default=None, metavar="FILE",
                        help="check this file instead of a kata's copy (make check TARGET=f.py): any file that "

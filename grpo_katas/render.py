@@ -155,20 +155,35 @@ def cited_metrics(kata) -> list:
 
 
 def run_settings(event: dict) -> str:
-    """The runner's config event as one line: what the run is, and the settings it takes that the file's
-    GRPOConfig would not (the practice settings and the run's own)."""
+    """The runner's config event as one line: what the run is (task, seed, steps, ranks, the model and where it
+    runs), and the settings it takes that the file's GRPOConfig would not (the practice settings and the run's own)."""
     ranks = f", {event.get('nproc')} ranks" if event.get("nproc", 1) > 1 else ""
+    model = f", {event['model']} on {event.get('device', 'cpu')}" if event.get("model") else ""
     changed = " ".join(f"{k}={v}" for k, v in (event.get("changed") or {}).items())
-    return (f"{event.get('task')} task, seed {event.get('seed')}, {event.get('steps')} steps{ranks}; GRPOConfig: "
-            + (f"the file's defaults but {changed}" if changed else "the file's defaults"))
+    return (f"{event.get('task')} task, seed {event.get('seed')}, {event.get('steps')} steps{ranks}{model}; "
+            "GRPOConfig: " + (f"the file's defaults but {changed}" if changed else "the file's defaults"))
+
+
+ALIVE_EVERY = 30  # seconds between the plain lines that say a long step is alive when the output is not a terminal
+
+
+def alive_text(alive, path: Path) -> Text:
+    """A step that takes long, in one line: how long, the CPU it used against its budget, and where the loop is."""
+    frames = loop_frames(alive.stack, path)
+    where = f", at {Path(frames[-1][0]).name}:{frames[-1][1]} in {frames[-1][2]}" if frames else ""
+    return Text(f"step {alive.step}: {alive.seconds:.0f} s so far, {alive.cpu:.1f} of {alive.budget:g} CPU-s{where}",
+                style="yellow")
 
 
 def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> tuple:
     """Draw a run as it goes: what the loop prints, each line marked with the step it printed in (at most
-    OUTPUT_LINES a step), above a live table of the steps. Returns (the steps' stats, the runner's last event)."""
+    OUTPUT_LINES a step), above a live table of the steps, and below it, while a step takes long, how long, the CPU
+    it used and where the loop is (on a terminal; otherwise a line every ALIVE_EVERY seconds). Returns (the steps'
+    stats, the runner's last event)."""
     history, last, every = [], None, -(-steps // MAX_ROWS)
-    seen = {"shown": 0, "dropped": 0}
+    seen = {"shown": 0, "dropped": 0, "alive_at": 0.0}
     live = Live(console=console, refresh_per_second=8)
+    table = None
 
     def say_dropped():
         if seen["dropped"]:
@@ -187,23 +202,83 @@ def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> t
                 else:
                     seen["dropped"] += 1
                 continue
+            if kind == "alive":
+                status = alive_text(item, run.path)
+                if console.is_terminal:
+                    live.update(Group(table, status) if table is not None else status)
+                    live.start()
+                elif item.seconds - seen["alive_at"] >= ALIVE_EVERY:
+                    seen["alive_at"] = item.seconds
+                    console.print(status)
+                continue
             last = item
             if item["event"] == "config":
                 live.console.print(Text(run_settings(item), style="dim"))
             if item["event"] == "step":
                 say_dropped()
+                seen["alive_at"] = 0.0
                 history.append({k: v for k, v in item.items() if k != "event"})
                 shown_rows = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
                 if shown_rows[-1] is not history[-1]:
                     shown_rows.append(history[-1])
-                live.update(run_table(shown_rows, title, cited=cited))
+                table = run_table(shown_rows, title, cited=cited)
+                live.update(table)
                 live.start()  # does nothing once started
     finally:
         say_dropped()
+        if table is not None:
+            live.update(table)  # the last step's table, without a status line
         live.stop()
     if history:
         console.print()
     return history, last
+
+
+def loop_frames(stack: str, path: Path) -> list:
+    """(file, line, function) of each frame in the loop's file, outermost first, in a stack faulthandler dumped:
+    of the thread whose stack holds the loop's file (the main thread; torch has others)."""
+    threads = [re.findall(r'^  File "(.+)", line (\d+) in (.+)$', block, re.MULTILINE)
+               for block in re.split(r"^(?:Current thread|Thread) .*$", stack or "", flags=re.MULTILINE)]
+    mine = [[(shown(Path(f)), int(n), fn) for f, n, fn in frames if Path(f).resolve() == path.resolve()]
+            for frames in threads]
+    return list(reversed(max(mine, key=len, default=[])))
+
+
+def stack_report(stack: str, path: Path) -> None:
+    """Where the loop was, as a traceback lists it (outermost first), with each line's source."""
+    import linecache
+    frames = loop_frames(stack, path)
+    if not frames:
+        console.print("[dim](where it was could not be read: it was not in your file's code)[/]")
+        return
+    lines = ["Stack of your loop (most recent call last):"]
+    for file, line, function in frames:
+        lines.append(f'  File "{file}", line {line}, in {function}')
+        code = linecache.getline(str(path), line).strip()
+        if code:
+            lines.append(f"    {code}")
+    console.print(Text("\n".join(lines)))
+
+
+def stopped_report(event: dict, path: Path, budget_flag: str) -> None:
+    """A run stopped over its budget, or interrupted: why, and where the loop was."""
+    if event["event"] == "hung":
+        console.print(Text(f"your loop was stopped in step {event['step']}: {event['why']}, a step's budget "
+                           f"({budget_flag}{event['budget']:g}; a larger one lets it run longer)", style="bold red"))
+        stack_report(event.get("stack", ""), path)
+        return
+    if event.get("traceback"):  # the runner's own account of where Ctrl-C found the loop
+        file, _, line = event["where"].rpartition(":")
+        mine = file and Path(file).resolve() == path.resolve()
+        console.print(Text(f"interrupted; your loop was at {shown(Path(file))}:{line}" if mine else "interrupted",
+                           style="bold"))
+        if mine:
+            lines = event["traceback"].rstrip("\n").splitlines()
+            console.print(Text("\n".join([line for line in lines if not line.startswith("KeyboardInterrupt")][-40:])))
+        return
+    console.print(Text(f"interrupted in step {event['step']}; your loop did not stop on Ctrl-C, so it was ended",
+                       style="bold"))
+    stack_report(event.get("stack", ""), path)
 
 
 def crash_report(event: dict) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from grpo_katas import ROOT
 from grpo_katas.catalogue import CODEBASES, find_kata
-from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, on_a_terminal, ours_raised, state
+from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, n_checks, on_a_terminal, ours_raised, plain, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -148,8 +148,9 @@ def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
     assert code == 0 and re.search(r"^2 ", out, re.MULTILINE)  # the table has a row for step 2
-    said = next(line for line in out.splitlines() if line.startswith("sum task, seed 0, 2 steps; GRPOConfig: "))
-    assert said.split(": ", 1)[1].startswith("the file's defaults but ") and {
+    said = next(line for line in out.splitlines() if line.startswith("sum task, seed 0, 2 steps, the lab model "
+                                                                        "(2x64) on cpu; GRPOConfig: "))
+    assert said.split("GRPOConfig: ", 1)[1].startswith("the file's defaults but ") and {
         "max_new_tokens=6", "num_iterations=2", "beta=0.5"} <= set(said.split()), said  # the practice settings, SET
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
     assert code == 2 and out.startswith("error: cannot run work/01-kl-creep/grpo.py: unknown setting 'betta'")
@@ -476,6 +477,78 @@ def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_no
     assert text.index("the hidden checks on") < text.index("component")
     code, text = on_a_terminal(repo, ["check", "1"], until="the hidden checks on")
     assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text
+
+
+def test_run_takes_the_seed_and_device_given_and_its_header_says_so(repo):
+    import torch
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", "1", "--seed", "3")
+    assert code == 0 and re.search(r"^sum task, seed 3, 1 steps, the lab model \(2x64\) on cpu; ", out, re.M), out
+    if not torch.cuda.is_available():
+        code, out = cli(repo, "run", "1", "--steps", "1", "--device", "cuda")
+        assert code == 2 and out.strip() == "error: --device cuda asked for, but torch sees no CUDA device", out
+
+
+HANGING_LOOP = '''
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    group_size: int = 8
+    max_new_tokens: int = 8
+    num_iterations: int = 1
+
+
+def spin(step):
+    while True:
+        step += 1
+
+
+def wait(step):
+    time.sleep(1000)
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log):
+    for step in range(1, steps + 1):
+        if step == 2:
+            STUCK(step)
+        log({"reward_mean": 0.1 * step, "kl": 0.0, "loss": 1.0})
+'''
+
+
+@pytest.mark.parametrize("stuck, why", [("spin", "it used 3 CPU-seconds"), ("wait", "it used no CPU for 3 s")])
+def test_a_loop_that_hangs_is_stopped_by_its_budget_and_shows_where_it_was(repo, stuck, why):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(HANGING_LOOP.replace("STUCK", stuck))
+    code, out = cli(repo, "run", "2", "--steps", "3", "--budget", "3")
+    line = {"spin": "step += 1", "wait": "time.sleep(1000)"}[stuck]
+    assert code == 1 and f"your loop was stopped in step 2: {why}" in out and "BUDGET=3" in out, out
+    stack = out[out.index("Stack of your loop"):]
+    assert f'File "work/02-reward-slide/grpo.py", line' in stack and f"in {stuck}" in stack and line in stack
+    assert "healthy:" in out  # the steps before the hang, beside the healthy run
+
+
+@pytest.mark.timeout(180)
+def test_a_long_step_shows_it_is_alive_and_ctrl_c_says_where_the_loop_was(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(HANGING_LOOP.replace("STUCK", "spin"))
+    code, out = on_a_terminal(repo, ["run", "2", "--steps", "3"], until="CPU-s, at grpo.py:")
+    out = plain(out)
+    assert re.search(r"step 2: \d+ s so far, [\d.]+ of 60 CPU-s, at grpo.py:1[45] in spin", out), out
+    assert code == 130 and re.search(r"interrupted; your loop was at work/02-reward-slide/grpo.py:1[45]", out), out
+    assert "step += 1" in out or "while True:" in out
+
+
+def test_a_runs_log_keeps_the_one_before(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(PRINTING_LOOP)
+    log = copy_of(repo, 2).parent / "run.log"
+    assert cli(repo, "run", "2", "--steps", "1")[0] == 0 and "hot 1.499" in log.read_text()
+    copy_of(repo, 2).write_text(HANGING_LOOP.replace("STUCK", "spin").replace("import time", "import time\nprint('mine')"))
+    cli(repo, "run", "2", "--steps", "3", "--budget", "2")  # a run that does not finish
+    assert log.read_text().strip() == "mine" and "hot 1.499" in log.with_name("run.log.1").read_text()
 
 
 @pytest.mark.timeout(180)

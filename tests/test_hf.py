@@ -509,6 +509,7 @@ def test_make_run_runs_a_kata_on_the_adapter(repo, folder):
     cli(repo, "kata", "9")
     code, out = cli(repo, "run", "9", "--hf-model", str(folder), "--steps", "3")
     assert "kata 9: work/09-nan-storm/grpo.py" in out and "step  reward" in out and "healthy" in out, out
+    assert f"sum task, seed 0, 3 steps, {folder} on cpu; GRPOConfig:" in out  # the header names the model
     assert code == 1 and "your loop raised" in out or code == 0, out  # kata 9's NaN may end it at once
     code, out = cli(repo, "run", "9", "--hf-model", str(repo / "no-such-model"), "--steps", "3")
     assert code == 2 and "--hf-model cannot load the model" in out and "your loop raised" not in out, out

@@ -191,8 +191,31 @@ def cmd_reset(args) -> int:
 
 
 def cmd_list(args) -> int:
-    state, katas = progress.load(), load_katas()
-    render.kata_list(katas, [progress.status(state, k) for k in katas])
+    state = progress.load()
+    katas = chosen(state, args.tier, args.codebase, drills.made())
+    render.kata_list(katas, [progress.status(state, k) for k in katas], filtered=bool(args.tier or args.codebase),
+                     idle_minutes=progress.IDLE_SECONDS // 60)
+    return 0
+
+
+def chosen(state: dict, tier: str | None, codebase: str | None, made=()) -> list:
+    """The katas, then the drills in `made`, of the tier and codebase asked for (list order). A drill's codebase is
+    hidden until it is solved or revealed, so a filter by codebase leaves such drills out."""
+    def shown_codebase(k):
+        return k.codebase if not k.drill or progress.revealed(state, k) else None
+    return [k for k in [*load_katas(), *made] if (not tier or k.tier == tier)
+            and (not codebase or shown_codebase(k) == codebase)]
+
+
+def cmd_next(args) -> int:
+    with progress.update() as state:
+        kata = progress.next_unsolved(state, chosen(state, args.tier, args.codebase))
+        resumed = progress.start(state, kata) if kata else None
+    if kata is None:
+        which = " ".join(x for x in (args.tier, args.codebase) if x)
+        console.print(f"every {which + ' ' if which else ''}kata is solved; `make drill` draws a fresh one")
+        return 0
+    render.kata_panel(kata, working_copy(kata), resumed)
     return 0
 
 
@@ -265,8 +288,10 @@ COMMANDS = {
                  "Before solving only with --force, which is recorded and shown by list."),
     "reset": (cmd_reset, "back up your copy to work/NN-slug/backups/ and restore the pristine kata",
               "To start a kata over; the old attempt is kept in your progress (list still counts it solved)."),
-    "list": (cmd_list, "every kata with its tier, time box and your status",
-             "To choose what to practise next and see how far you are."),
+    "list": (cmd_list, "every kata and drill with its tier, codebase, bugs, time box and your status, time and hints",
+             "To choose what to practise next and see how far you are; --tier and --codebase narrow it."),
+    "next": (cmd_next, "start (or resume) the first kata in list order that you have not solved",
+             "To keep going without choosing, as rustlings does; --tier and --codebase narrow the choice."),
     "mock": (cmd_mock, "a timed mock interview round: a kata you have not solved (or N), its brief and a countdown",
              "Practice under a clock. Ctrl-C stops the clock, not the round; mock again restarts the clock; "
              "mock-end scores the round."),
@@ -306,7 +331,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, what, why) in COMMANDS.items():
         s = sub.add_parser(name, help=what, description=f"{what}. {why}")
-        if name not in ("list", "mock-end", "drill", "stats"):
+        if name not in ("list", "next", "mock-end", "drill", "stats"):
             s.add_argument("n", nargs="?", default=None, metavar="N",
                            help="the kata number (make ... N=3), or a drill's (d3); `make list` shows them all")
     run = sub.choices["run"]
@@ -368,6 +393,11 @@ def parser() -> argparse.ArgumentParser:
                                      help="the time box (default: the kata's own); shorter for more pressure")
     sub.choices["bundle"].add_argument("out", metavar="OUT", nargs="?", default=None,
                                        help="a new (or empty) folder for the bundle")
+    for name in ("list", "next"):
+        sub.choices[name].add_argument("--tier", choices=TIERS, default=None, help="only the katas of this tier")
+        sub.choices[name].add_argument("--codebase", choices=sorted(CODEBASES), default=None,
+                                       help="only the katas in this codebase (a drill's shows once it is solved or "
+                                            "revealed)")
     drill = sub.choices["drill"]
     drill.add_argument("--tier", choices=["warm-up", "practice", "frontier", "interview"], default=None,
                        help="how hard: warm-up one bug, practice 2-3, frontier 1-2 of the newer bugs, interview 4-5 "

@@ -487,3 +487,20 @@ def status(state: dict, kata) -> Status:
     else:
         label, seconds = "not started", None
     return Status(label, seconds, hints_counted(record), before, "revealed_unsolved" in record)
+
+
+def revealed(state: dict, kata) -> bool:
+    """Whether the kata's answers may be shown (a drill's recipe and codebase): solved, or revealed unsolved."""
+    record = state["katas"].get(kata.key, {})
+    return bool(record.get("solved") or record.get("revealed_unsolved")
+                or any(old.get("solved") for old in record.get("history", [])))
+
+
+def next_unsolved(state: dict, katas: list, after=None):
+    """The first kata of `katas` (in list order) that is not solved; with `after`, the first after that one,
+    wrapping round to the start. None when every one is solved."""
+    start = next((i + 1 for i, k in enumerate(katas) if after is not None and k.key == after.key), 0)
+    for k in katas[start:] + katas[:start]:
+        if not state["katas"].get(k.key, {}).get("solved") and (after is None or k.key != after.key):
+            return k
+    return None

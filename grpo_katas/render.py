@@ -331,10 +331,12 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
     """Sparklines of your run and the healthy one, a row per curve on a shared scale, sized to the terminal."""
     ranks = ranks_of(history)
     mine, ref = over_ranks(history), over_ranks(reference)
-    width = max(16, min(40, (console.width - 22) // 2))
+    names = max(len(name) for _, name, _ in which) + 2  # the first column, indented by 2
+    width = max(16, min(40, (console.width - names - 4) // 2))  # two sparklines and the gaps left of each
     title = f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)" + \
         (f"; each the mean over the {ranks} ranks" if ranks > 1 else "")
-    table = Table("", f"{label} (yours)", "healthy (the same code, no bugs)", box=None, padding=(0, 2))
+    healthy = "healthy (the same code, no bugs)" if width >= 32 else "healthy (no bugs)"
+    table = Table("", f"{label} (yours)", healthy, box=None, padding=(0, 0, 0, 2), pad_edge=True)
     for key, name, digits in which:
         a, b = series(mine, key, steps, width), series(ref, key, steps, width)
         lo, hi = shared_range(a, b)
@@ -420,9 +422,48 @@ def check_json(results: dict, path, seed: int, component, kata=None, fixed=None,
 
 # --- make list, stats ----------------------------------------------------------------------------------
 
-def kata_list(katas: list, statuses: list) -> None:
-    table = Table("N", "kata", "tier", "time box", "status", "time", "hints")
-    solved = 0
+def span(seconds: float) -> str:
+    """A time spent, short: 45 s, 12 min, 1 h 05 min."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    m = int(seconds // 60)
+    return f"{m} min" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+
+
+def compact_table(**kwargs) -> Table:
+    """A table without borders, one space between columns: the most room for what is in it."""
+    return Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, **kwargs)
+
+
+def fitted(table: Table, rows: list, elastic: int, width: int) -> Table:
+    """`table` with its `rows` (lists of cells), column `elastic` given what the others leave of `width` (at least
+    8: a cell wider is cut with an ellipsis), and the others as wide as their widest cell."""
+    widths = [max(Text.from_markup(str(r[i])).cell_len for r in [[c.header for c in table.columns], *rows])
+              for i in range(len(table.columns))]
+    others = sum(w for i, w in enumerate(widths) if i != elastic) + 2 * (len(widths) - 1)  # a divider and a space
+    table.columns[elastic].max_width = max(8, min(widths[elastic], width - others))
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def kata_list(katas: list, statuses: list, filtered: bool = False, idle_minutes: int = 10) -> None:
+    """Every kata (and drill) with its tier, codebase (a drill's once solved or revealed), bugs, time box, your
+    status, time spent and hints, in the terminal's width: a title that does not fit is cut with an ellipsis."""
+    if not katas:
+        console.print("no kata matches" + (" (a drill whose codebase is hidden is left out)" if filtered else ""))
+        return
+    table = compact_table()
+    table.add_column("N", justify="right", no_wrap=True)
+    table.add_column("kata", no_wrap=True, overflow="ellipsis")
+    for name in ("tier", "codebase"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("bugs", justify="right", no_wrap=True)
+    table.add_column("box", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("hints", justify="right", no_wrap=True)
+    rows, solved = [], 0
     colour = {"solved": "green", "in progress": "yellow", "not started": "default"}
     for k, s in zip(katas, statuses):
         solved += s.label == "solved" or s.solved_before_reset
@@ -431,25 +472,33 @@ def kata_list(katas: list, statuses: list) -> None:
             label += " (solved before a reset)"
         if s.revealed_early:
             label += " [red](solution revealed first)[/]" if s.label == "solved" else " [red](solution revealed)[/]"
-        table.add_row(str(k.number), escape(k.title), k.tier, f"{k.minutes} min", label,
-                      minutes(s.seconds) if s.seconds is not None else "", str(s.hints or ""))
-    console.print(table)
+        open_ = not k.drill or s.label == "solved" or s.revealed_early or s.solved_before_reset
+        rows.append([k.key, escape(k.title), k.tier, k.codebase if open_ else "?", str(len(k.bugs)),
+                     f"{k.minutes} min", label, span(s.seconds) if s.seconds is not None else "", str(s.hints or "")])
+    console.print(fitted(table, rows, 1, console.width))
     bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
                    console=console)
     bar.add_task("", total=len(katas), completed=solved)
     bar.start()
     bar.stop()
+    console.print(f"[dim]time spent: from your commands and saves; a pause over {idle_minutes} min "
+                  f"counts as {idle_minutes}[/]")
 
 
 def stats_table(rows: list, bugs: dict) -> None:
     if not rows:
         console.print("no drill finished yet: `make drill` draws one (stats come from solved or revealed drills)")
         return
-    table = Table("bug class", "component", "attempts", "solved", "median time", "box", "next due")
-    for b, attempts, rate, median, due, box_ in rows:
-        table.add_row(b, bugs[b].component if b in bugs else "?", str(attempts), f"{rate:.0%}",
-                      minutes(median) if median is not None else "", str(box_), due[:10])
-    console.print(table)
+    table = compact_table()
+    table.add_column("bug class", no_wrap=True, overflow="ellipsis")
+    table.add_column("component", no_wrap=True)
+    for name in ("tries", "solved", "median", "box"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("next due", no_wrap=True)
+    cells = [[b, bugs[b].component if b in bugs else "?", str(attempts), f"{rate:.0%}",
+              span(median) if median is not None else "", str(box_), due[:10]]
+             for b, attempts, rate, median, due, box_ in rows]
+    console.print(fitted(table, cells, 0, console.width))
 
 
 # --- mock rounds ---------------------------------------------------------------------------------------

@@ -49,15 +49,16 @@ def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/35 solved" in out
-    assert row(out, 1).split("│")[-2].strip() == "1" and state(repo)["katas"]["1"]["hints"] == 2
-    cli(repo, "reset", "1", "--yes")
+    assert row(out, 1).split()[-1] == "1" and state(repo)["katas"]["1"]["hints"] == 2
+    before = row(out, 1).split()
+    cli(repo, "reset", "1", "--yes")  # the file starts over; the record stays: solved, its time and hints
     code, out = cli(repo, "list")
-    assert "solved before a reset" in out and "1/35 solved" in out
+    assert row(out, 1).split()[-3:-1] == before[-3:-1] and "solved" in row(out, 1) and "1/35 solved" in out
 
 
-def row(table: str, n: int) -> str:
+def row(table: str, n) -> str:
     """Kata n's row in `make list`'s table."""
-    return next(l for l in table.splitlines() if l.startswith(f"│ {n} "))
+    return next(l for l in table.splitlines() if re.match(rf"\s*{n}\s", l))
 
 
 def test_hints_come_in_order_and_are_remembered(repo):
@@ -616,3 +617,81 @@ def test_the_clock_counts_time_spent_and_a_pause_counts_at_most_the_idle_thresho
     assert record["active_at"] == (t0 + timedelta(minutes=66)).isoformat()
     progress.tick(record, t0 + timedelta(minutes=60))  # a save older than the last command counts nothing
     assert record["spent"] == 16 * 60
+
+
+def test_next_starts_the_first_kata_in_list_order_you_have_not_solved(repo):
+    import json
+    code, out = cli(repo, "next")
+    assert code == 0 and "kata 1: 01-kl-creep" in out and copy_of(repo, 1).exists()
+    (repo / "work" / "state.json").write_text(json.dumps({"katas": {"1": {"hints": 0, "solved": "2024-01-01T00:00:00+00:00",
+                                                                           "seconds": 60.0}}}))
+    code, out = cli(repo, "next")
+    assert code == 0 and "kata 2: 02-reward-slide" in out and "Your working copy" in out
+    code, out = cli(repo, "next")  # kata 2 is started, not solved: it is resumed
+    assert code == 0 and "kata 2: 02-reward-slide" in out and "Resuming" in out
+    code, out = make(repo, "next", "TIER=interview")
+    assert code == 0 and "kata 18: 18-phone-screen-a" in out
+
+
+def made_drill(repo, number=1, solved=False):
+    """A drill in work/drills/dN as `make drill` files it (its recipe sealed), without drawing and proving one."""
+    import json
+    from grpo_katas.drills import seal
+    folder = repo / "work" / "drills" / f"d{number}"
+    folder.mkdir(parents=True)
+    (folder / "grpo.py").write_text((repo / "solutions" / "codebases" / "core.py").read_text())
+    (folder / "BRIEF.md").write_text(f"# Drill d{number}\n\nA run.\n\nRun it.\n")
+    recipe = {"codebase": "core", "bugs": ["adv-no-eps", "kl-sign-flipped"], "seed": 3, "scheduled": False,
+              "hints": ["a", "b", "c"]}
+    (folder / "drill.json").write_text(json.dumps({"tier": "practice", "minutes": 25, "symptoms": [],
+                                                   "made": "2024-01-01T00:00:00+00:00", "sealed": seal(recipe)}))
+    if solved:
+        (repo / "work" / "state.json").write_text(json.dumps({"katas": {f"d{number}": {
+            "hints": 0, "solved": "2024-01-01T00:00:00+00:00", "seconds": 60.0}}}))
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_list_has_codebase_and_bug_columns_drills_filters_and_fits_the_terminal(repo, width):
+    made_drill(repo)
+    code, out = cli(repo, "list", env={"COLUMNS": str(width)})
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= width and lines[0].split()[:6] == ["N", "kata", "tier", "codebase",
+                                                                                    "bugs", "box"]
+    assert row(out, 14).split()[-6:-3] == ["core", "2", "20"] and "d1" in out
+    assert row(out, "d1").split()[3:6] == ["practice", "?", "2"]  # a drill's codebase is hidden until it is solved
+    assert "time spent: from your commands and saves; a pause over 10 min counts as 10" in out  # how, said
+    if width == 120:
+        assert "The KL that would not stop" in out  # the whole title where there is room
+    else:
+        assert "…" in out and "The KL that would not stop" not in out  # cut, never wrapped
+    code, out = cli(repo, "list", "--tier", "interview", "--codebase", "core")
+    numbers = [line.split()[0] for line in out.splitlines()[2:] if re.match(r"\s*\d+\s", line)]
+    assert code == 0 and numbers == ["19", "21", "23", "33"] and "0/4 solved" in out
+    assert "d1" not in cli(repo, "list", "--codebase", "core")[1]  # its codebase is not yours to know yet
+    code, out = make(repo, "list", "TIER=expert")
+    assert code == 1 and "invalid choice: 'expert'" in out and len(out.strip().splitlines()) == 1
+
+
+def test_a_solved_drill_shows_its_codebase_in_the_list(repo):
+    made_drill(repo, solved=True)
+    code, out = cli(repo, "list", "--codebase", "core")
+    assert code == 0 and row(out, "d1").split()[3:5] == ["practice", "core"]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_stats_and_the_curves_fit_the_terminal_and_use_its_width(width):
+    from rich.console import Console
+    from grpo_katas import render
+    from grpo_katas.catalogue import load_bugs
+    render.console = Console(width=width, record=True, highlight=False)
+    rows = [("logprobs-temperature-after-softmax", 3, 2 / 3, 412, "2024-01-09T00:00:00+00:00", 2),
+            ("adv-no-eps", 1, 1.0, 60, "2024-01-02T00:00:00+00:00", 1)]
+    render.stats_table(rows, load_bugs())
+    history = [{"step": i, "reward_mean": 0.1 + 0.01 * i, "kl": 0.01 * i, "grad_norm": 0.3} for i in range(1, 41)]
+    render.curves("kata 14", history, history, 40, None, which=render.curves_for(["adv_std"]))
+    text = render.console.export_text()
+    assert max(map(len, text.splitlines())) <= width
+    assert "healthy (the same code, no bugs)" in text and "kata 14 (yours)" in text
+    assert ("logprobs-temperature-after-softmax" in text) == (width == 120) and "adv-no-eps" in text
+    sparkline = next(line for line in text.splitlines() if line.startswith("  reward")).split()[1]
+    assert len(sparkline) == (32 if width == 80 else 40)  # as wide as the terminal allows, at most one per step

@@ -121,22 +121,54 @@ def cmd_check(args) -> int:
 
 def cmd_watch(args) -> int:
     kata = find(args.n, "watch")
+    with render.keys() as keys:  # on a terminal Ctrl-C is read as a key: it stops watch, and make exits 0
+        try:
+            while kata is not None:
+                kata = watch_one(kata, args, keys)
+        except KeyboardInterrupt:  # how you stop it: not a failure
+            pass
+    return 0
+
+
+def watch_one(kata, args, keys):
+    """Rerun the checks on the kata's copy at every save. Returns the kata to watch next once this one is solved
+    (see next_after), or None when stopped with q."""
     path = require_copy(kata)
-    console.print(f"watching {shown(path)}; save it to rerun the checks, Ctrl-C to stop")
+    console.print(f"watching {shown(path)}; save it to rerun the checks, {keys.how_to_stop}")
     seen = None
-    try:
-        while True:
-            stamp = path.stat().st_mtime_ns if path.exists() else None
-            if stamp != seen:
-                seen = stamp
-                console.rule(datetime.now().strftime("%H:%M:%S"))
-                try:
-                    cmd_check(args)
-                except UserError as exc:
-                    console.print(f"[red]{escape(str(exc))}[/]")
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return 0
+    args.n = kata.key
+    while True:
+        stamp = path.stat().st_mtime_ns if path.exists() else None
+        if stamp != seen:
+            seen = stamp
+            console.rule(datetime.now().strftime("%H:%M:%S"))
+            try:
+                if cmd_check(args) == 0 and not args.component:
+                    return next_after(kata, keys)
+            except UserError as exc:
+                console.print(f"[red]{escape(str(exc))}[/]")
+        if keys.wait(args.interval) == "q":
+            return None
+
+
+def next_after(kata, keys):
+    """Once a kata is solved under watch: the next unsolved one in list order, started (on a terminal, when you
+    press n), or None (none left, or you stopped)."""
+    following = progress.next_unsolved(progress.load(), load_katas(), after=kata)  # no lock held while you choose
+    if following is None:
+        console.print("every kata is solved; `make drill` draws a fresh one")
+        return None
+    if keys.interactive:
+        console.print(f"next: kata {following.key}, {escape(following.title)} ({following.tier}, {following.minutes} "
+                      f"min): press n to start it, q or Ctrl-C to stop")
+        if keys.choose("nq") != "n":
+            return None
+    else:
+        console.print(f"moving on to kata {following.key} (`make watch N={following.key}` comes back to it)")
+    with progress.update() as state:
+        resumed = progress.start(state, following)
+    render.kata_panel(following, working_copy(following), resumed)
+    return following
 
 
 def cmd_hint(args) -> int:
@@ -279,8 +311,9 @@ COMMANDS = {
                          "many bugs are fixed",
               "The verdict: the checks judge what your functions do, never how they are written; all passing "
               "is solved."),
-    "watch": (cmd_watch, "rerun the checks each time your copy is saved (Ctrl-C to stop)",
-              "For an edit, save, look loop while you work on a fix."),
+    "watch": (cmd_watch, "rerun the checks each time your copy is saved, and move on to the next kata once solved",
+              "For an edit, save, look loop while you work on a fix. Once the checks pass it offers the next unsolved "
+              "kata (n starts it; without a terminal it starts it); Ctrl-C or q stops, status 0."),
     "hint": (cmd_hint, "the next rung of the kata's hint ladder, remembered",
              "When stuck: each rung says a little more than the last. Hints taken before solving are counted."),
     "solution": (cmd_solution, "the diff from the kata to the reference and why each planted bug matters",

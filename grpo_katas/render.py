@@ -68,6 +68,79 @@ def busy(text: str):
             yield lambda note: spinner.update(task, description=escape(note))
 
 
+class Keys:
+    """The keys pressed while a command waits (make watch, the mock countdown). See keys()."""
+
+    def __init__(self, pressed=None):
+        self.pressed = pressed  # a queue the reader thread fills, None when stdin is not a terminal
+        self.interactive = pressed is not None
+        self.how_to_stop = "Ctrl-C or q to stop" if self.interactive else "Ctrl-C to stop"
+
+    def wait(self, seconds: float) -> str | None:
+        """A key pressed within `seconds`, or None."""
+        if self.pressed is None:
+            time.sleep(seconds)
+            return None
+        import queue
+        try:
+            return self.pressed.get(timeout=seconds)
+        except queue.Empty:
+            return None
+
+    def choose(self, allowed: str) -> str:
+        """The first of the `allowed` keys pressed (waits for one)."""
+        while True:
+            key = self.wait(3600)
+            if key and key.lower() in allowed:
+                return key.lower()
+
+
+@contextlib.contextmanager
+def keys():
+    """Keys, read from the terminal while a command waits on it, a key at a time and not echoed. Ctrl-C comes as a
+    key too, turned into this process's own KeyboardInterrupt: the terminal would send SIGINT to make as well, which
+    then ends with status 130 where stopping a watch or a countdown is a success (status 0). Ctrl-Z works as ever.
+    The terminal's settings come back on leaving (and after a stop, fg). Without a terminal, nothing changes."""
+    import queue
+    import signal
+    import termios
+    import threading
+    fd = sys.stdin.fileno() if sys.stdin is not None else -1
+    if fd < 0 or not os.isatty(fd):
+        yield Keys()
+        return
+    saved = termios.tcgetattr(fd)
+    mine = termios.tcgetattr(fd)
+    mine[3] &= ~(termios.ICANON | termios.ECHO)                   # a key at a time, not echoed
+    mine[6][termios.VINTR] = os.fpathconf(fd, "PC_VDISABLE")      # Ctrl-C is a key, not SIGINT to the group
+    mine[6][termios.VMIN], mine[6][termios.VTIME] = 1, 0
+    pressed, done = queue.Queue(), threading.Event()
+
+    def read():
+        import select
+        while not done.is_set():
+            if select.select([fd], [], [], 0.2)[0]:
+                key = os.read(fd, 1).decode(errors="replace")
+                if key == "\x03":
+                    os.kill(os.getpid(), signal.SIGINT)
+                else:
+                    pressed.put(key)
+
+    def again(signum, frame):  # after Ctrl-Z and fg the shell has put its own settings back
+        termios.tcsetattr(fd, termios.TCSANOW, mine)
+    before = signal.signal(signal.SIGCONT, again)
+    termios.tcsetattr(fd, termios.TCSANOW, mine)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield Keys(pressed)
+    finally:
+        done.set()
+        reader.join(timeout=1)
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+        signal.signal(signal.SIGCONT, before)
+
+
 # --- make kata, hint, solution ------------------------------------------------------------------------
 
 def scenario(kata) -> str:
@@ -505,26 +578,29 @@ def stats_table(rows: list, bugs: dict) -> None:
 
 def countdown(kata_key, total_minutes: float, used) -> None:
     """A live clock (`used()` gives the seconds on it) with a nudge at half time and at the end, and no cut-off;
-    returns on Ctrl-C."""
+    returns on Ctrl-C (or q on a terminal)."""
     total = float(total_minutes) * 60
     said = set()
-    console.print("the clock runs until Ctrl-C; the round stays open until `make mock-end`")
-    try:
-        with Live(console=console, refresh_per_second=2, transient=True) as live:
-            while True:
-                spent = used()
-                left = total - spent
-                if spent >= total / 2 and "half" not in said:
-                    said.add("half")
-                    live.console.print(f"[yellow]half time: {minutes(total / 2)} used, {minutes(left)} left[/]")
-                if left <= 0 and "end" not in said:
-                    said.add("end")
-                    live.console.print("[bold red]time is up[/]: the interviewer decides whether to go on")
-                clock = f"{minutes(left)} left" if left > 0 else f"[red]{minutes(-left)} over[/]"
-                live.update(Panel(clock, title=f"kata {kata_key}", expand=False))
-                time.sleep(0.25)
-    except KeyboardInterrupt:
-        return
+    with keys() as pressed:
+        console.print(f"the clock runs until {pressed.how_to_stop.replace(' to stop', '')}; the round stays open "
+                      f"until `make mock-end`")
+        try:
+            with Live(console=console, refresh_per_second=2, transient=True) as live:
+                while True:
+                    spent = used()
+                    left = total - spent
+                    if spent >= total / 2 and "half" not in said:
+                        said.add("half")
+                        live.console.print(f"[yellow]half time: {minutes(total / 2)} used, {minutes(left)} left[/]")
+                    if left <= 0 and "end" not in said:
+                        said.add("end")
+                        live.console.print("[bold red]time is up[/]: the interviewer decides whether to go on")
+                    clock = f"{minutes(left)} left" if left > 0 else f"[red]{minutes(-left)} over[/]"
+                    live.update(Panel(clock, title=f"kata {kata_key}", expand=False))
+                    if pressed.wait(0.25) == "q":
+                        return
+        except KeyboardInterrupt:
+            return
 
 
 def interviewer_sheet(kata, bugs: dict, rubric: list) -> None:

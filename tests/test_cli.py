@@ -633,6 +633,33 @@ def test_next_starts_the_first_kata_in_list_order_you_have_not_solved(repo):
     assert code == 0 and "kata 18: 18-phone-screen-a" in out
 
 
+@pytest.mark.timeout(240)
+def test_watch_moves_on_to_the_next_kata_once_solved(repo):
+    """Without a terminal there is no n to press: it starts the next unsolved kata and watches it."""
+    import signal
+    import time
+    cli(repo, "kata", "1")
+    shutil.copyfile(repo / "solutions" / "codebases" / "script.py", copy_of(repo))  # kata 1's codebase, healed
+    proc = interruptible(["watch", "1", "--interval", "0.2"], repo)
+    seen, deadline = "", time.time() + 200
+    while "watching work/02-" not in seen and time.time() < deadline:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "Solved" in seen and "moving on to kata 2" in seen and "kata 2: 02-reward-slide" in seen, seen + out
+    assert proc.returncode == 0 and copy_of(repo, 2).exists() and state(repo)["katas"]["1"]["solved"]
+
+
+@pytest.mark.timeout(240)
+def test_watch_on_a_terminal_offers_the_next_kata_and_n_starts_it(repo):
+    cli(repo, "kata", "1")
+    shutil.copyfile(repo / "solutions" / "codebases" / "script.py", copy_of(repo))
+    code, out = on_a_terminal(repo, ["watch", "1"], until=["press n to start it", "watching work/02-"],
+                              keys=["n", "\x03"])
+    assert code == 0 and "next: kata 2, Reward slides from step one" in out and "kata 2: 02-reward-slide" in out
+    assert "Solved" in out and copy_of(repo, 2).exists(), out
+
+
 def made_drill(repo, number=1, solved=False):
     """A drill in work/drills/dN as `make drill` files it (its recipe sealed), without drawing and proving one."""
     import json

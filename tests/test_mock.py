@@ -153,3 +153,12 @@ def test_a_second_grading_into_the_same_out_keeps_the_first_reports(repo):
     assert second.returncode == 1 and len(kept) == 1 and f"moved to {kept[0]}/" in second.stderr
     assert {name: (kept[0] / name).read_bytes() for name in before} == before
     assert json.loads((out / "results.json").read_text())["seed"] == 2
+
+
+@pytest.mark.timeout(120)
+def test_the_countdown_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo):
+    from tests.cli_helpers import fake_venv
+    fake_venv(repo)
+    code, out = on_a_terminal(repo, [], command=["make", "mock", "N=7", "MINUTES=0.02"], until="time is up",
+                              keys="\x03")
+    assert code == 0 and "clock stopped" in out and "make:" not in out, out

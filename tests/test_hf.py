@@ -467,6 +467,7 @@ def test_make_train_raises_the_reward_and_writes_its_run(folder, tmp_path):
     assert f"model {folder}" in r.stdout and "step   20 | reward" in r.stdout
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in lines] == list(range(1, 21)) and (out / "checkpoint.pt").exists()
+    assert (out / "model" / "config.json").exists() and "model/" in r.stdout  # the trained model, save_pretrained
     assert json.loads((out / "config.json").read_text())["run"]["hf_model"] == str(folder)
     first, last = (sum(s["reward_mean"] for s in part) / 5 for part in (lines[:5], lines[-5:]))
     assert last > first + 0.1, (first, last)
@@ -483,6 +484,23 @@ def test_a_resumed_run_on_the_adapter_matches_an_uninterrupted_one(folder, tmp_p
     for a, b in zip(straight[2:], rest, strict=True):
         assert a["reward_mean"] == b["reward_mean"] and a["loss"] == pytest.approx(b["loss"], abs=1e-6)
         assert a["kl"] == pytest.approx(b["kl"], abs=1e-6)
+
+
+def test_a_trained_hugging_face_model_is_saved_as_one_with_its_tokenizer(folder, tmp_path):
+    """OUT/model holds the trained weights and the tokenizer (its pad token included), as save_pretrained writes
+    them: from_pretrained reads them back, and MODEL=OUT/model trains on from there."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    trainer = Trainer(RunConfig(hf_model=str(folder), steps=2, batch_size=2, device="cpu", grpo={"group_size": 2}),
+                      tmp_path)
+    trainer.fit()
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    trained = trainer.policy.model.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in saved.state_dict().items())
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert tokenizer.pad_token_id == trainer.policy.tokenizer.pad_token_id != tokenizer.eos_token_id
+    again = load(str(tmp_path / "model"))
+    assert torch.equal(again.model.get_input_embeddings().weight, trained["model.embed_tokens.weight"])
+    assert not (tmp_path / ".model-saving").exists()
 
 
 def test_the_word_problems_take_a_real_models_settings(folder):

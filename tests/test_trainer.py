@@ -297,3 +297,67 @@ def test_a_ctrl_c_before_a_command_is_ready_is_one_line_and_sigint():
     r = subprocess.run([sys.executable, "-c", "import grpo_katas\nraise KeyboardInterrupt"], capture_output=True,
                        text=True, timeout=60)
     assert r.stderr == "interrupted\n" and r.returncode == -2  # ended as SIGINT ends it: 130 in a shell
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_progress_line_fits_the_terminal_and_does_not_wrap(tmp_path, width):
+    from tests.cli_helpers import on_a_terminal, plain
+    code, out = on_a_terminal(ROOT, ["--steps", "3", "--out", str(tmp_path / "run"), *TINY], module="grpo_katas.trainer",
+                              columns=width, env={"COLUMNS": str(width)})
+    lines = plain(out).splitlines()
+    bar = [line for line in lines if re.match(r"step \d+/3 ", line)]
+    assert code == 0 and bar and max(map(len, lines)) <= width, out
+    assert ("tok/s" in bar[-1]) == (width == 120) and "reward" in bar[-1]  # as many fields as fit, in order
+
+
+def test_the_log_shows_samples_and_a_held_out_reward_and_keeps_both(tmp_path):
+    out = tmp_path / "run"
+    code, said = trainer("--steps", "4", "--out", str(out), "--eval-every", "2", "--samples", "2", *TINY)
+    lines = said.splitlines()
+    held = [line.split()[2] for line in lines if line.startswith("           held-out reward")]
+    assert code == 0 and len(held) == 2 and re.search(r"held-out reward [\d.]+ \(step 2\) -> [\d.]+ \(step 4\)", said)
+    assert any(re.match(r" +'\d+=' -> '.*' \(reward [\d.]+\)$", line) for line in lines), said
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "eval_reward_mean" in m] == [2, 4]
+    assert f"{metrics[-1]['eval_reward_mean']:.3f}" == held[-1]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples and set(samples[0]) == {"step", "prompt", "completion", "reward"}
+    assert "TensorBoard: not installed" in said or (out / "tensorboard").is_dir()
+
+
+def test_the_held_out_evaluation_leaves_the_training_as_it_was():
+    """Its prompts come from a stream of their own and its sampling from a generator of its own."""
+    plain_run = Trainer(RunConfig(**SMALL)).fit()
+    evaluated = Trainer(RunConfig(**SMALL), eval_every=1, eval_prompts=4).fit()
+    assert [h["reward_mean"] for h in plain_run] == [h["reward_mean"] for h in evaluated]
+    assert all("eval_reward_mean" in h for h in evaluated) and "eval_reward_mean" not in plain_run[0]
+    first = Trainer(RunConfig(**SMALL), eval_prompts=4)
+    assert first.evaluate() == first.evaluate()  # the same prompts and samples each time: numbers that compare
+
+
+class FakeWriter:
+    """torch.utils.tensorboard.SummaryWriter as the trainer uses it."""
+
+    def __init__(self, log_dir=None):
+        self.log_dir, self.scalars, self.closed = log_dir, [], False
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, value, step))
+
+    def close(self):
+        self.closed = True
+
+
+def test_metrics_go_to_tensorboard_where_it_is_installed(tmp_path, monkeypatch):
+    import types
+    from grpo_katas.trainer import tensorboard_writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=FakeWriter))
+    writer, note = tensorboard_writer(tmp_path / "tensorboard")
+    assert isinstance(writer, FakeWriter) and note is None and writer.log_dir == str(tmp_path / "tensorboard")
+    Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path, eval_every=2, eval_prompts=4, writer=writer).fit()
+    tags = {(tag, step) for tag, _, step in writer.scalars}
+    assert {("train/reward_mean", 1), ("train/kl", 2), ("train/loss", 2), ("eval/reward_mean", 2)} <= tags
+    assert writer.closed and all(isinstance(v, (int, float)) for _, v, _ in writer.scalars)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails: not installed
+    writer, note = tensorboard_writer(tmp_path / "tensorboard")
+    assert writer is None and note.startswith("TensorBoard: not installed") and len(note.splitlines()) == 1

@@ -284,8 +284,10 @@ def load_checkpoint(path: Path) -> dict:
         state["config"]["run"], state["config"]["grpo"]  # a checkpoint of another shape is as good as damaged
         return state
     except Exception as exc:  # torch says "PytorchStreamReader failed ..." and the like; say what to do
-        raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated; "
-                         f"delete it to start the run afresh, or resume from a copy of a good one") from None
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated, so this run "
+                         f"cannot be resumed; put a good copy of it in its place and resume again, or start the run "
+                         f"afresh: move the folder aside (mv {path.parent} {path.parent}.damaged) and run without "
+                         f"--resume (RESUME=)") from None
 
 
 def join_ranks(device: torch.device) -> tuple:
@@ -332,6 +334,9 @@ def check_out(out: Path, resume: bool) -> None:
             raise ValueError(f"--resume needs --out pointing at a run with a checkpoint.pt; {out} has none")
     elif out.is_dir() and any(out.iterdir()):
         holds = sorted(p.name for p in out.iterdir() if p.name in ("checkpoint.pt", "metrics.jsonl", "config.json"))
+        if holds and "checkpoint.pt" not in holds:
+            raise ValueError(f"--out {out} holds a run with no checkpoint to resume ({', '.join(holds)}); give a new "
+                             f"folder, or move this one aside (mv {out} {out}.old) to start again in it")
         raise ValueError(f"--out {out} is not empty" + (f" (it holds a run: {', '.join(holds)}); continue it with "
                                                         f"--resume (RESUME=1), or" if holds else ";")
                          + " give a new folder, so that nothing is overwritten")
@@ -367,9 +372,16 @@ def given_model(a) -> dict:
     return {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) is not None}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake in the flags as one line and exit status 2 (not the usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}; `{self.prog} --help` says more\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m grpo_katas.trainer",
-                                description="train the reference GRPO loop on a lab task, with a live display")
+    p = Parser(prog="python -m grpo_katas.trainer",
+               description="train the reference GRPO loop on a lab task, with a live display")
     practice = " ".join(f"{k}={v}" for k, v in PRACTICE_GRPO.items())
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -479,10 +491,10 @@ def main(argv=None) -> int:
     try:
         trainer = setup(a)
     except ConfigError as exc:
-        console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}")
+        console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}", soft_wrap=True)
         return 2
     except (ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted before the first step; nothing was written")

@@ -1,8 +1,10 @@
 """The trainer: overrides, the checkpoint round trip and a two-step CPU run. Run: pytest tests/test_trainer.py"""
 import dataclasses
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -140,9 +142,27 @@ def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
     ckpt = tmp_path / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
     r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--out", str(tmp_path), "--resume"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "300"})
+                       capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "400"})
     out = (r.stdout + r.stderr).strip()
-    assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "delete it" in out, out
+    assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "mv " in out, out
+    # what it says leads somewhere: moved aside, the folder takes a new run (and the old one is kept)
+    mv = re.search(r"\(mv (\S+) (\S+)\)", out)
+    subprocess.run(["mv", mv[1], mv[2]], check=True)
+    code, said = trainer("--steps", "2", "--out", str(tmp_path), *TINY)
+    assert code == 0 and (tmp_path / "checkpoint.pt").is_file() and (Path(mv[2]) / "metrics.jsonl").is_file()
+    code, said = trainer("--steps", "3", "--out", str(tmp_path), "--resume", *TINY)
+    assert code == 0, said
+
+
+def test_a_folder_that_holds_a_run_without_a_checkpoint_says_how_to_start_again(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    code, said = trainer("--steps", "1", "--out", str(out), *TINY)
+    assert code == 2 and "holds a run with no checkpoint to resume" in said and f"mv {out} {out}.old" in said
+    subprocess.run(["mv", str(out), f"{out}.old"], check=True)
+    assert trainer("--steps", "1", "--out", str(out), *TINY)[0] == 0
 
 
 def test_every_bench_stage_reports_its_progress(monkeypatch):
@@ -297,6 +317,14 @@ def test_a_ctrl_c_before_a_command_is_ready_is_one_line_and_sigint():
     r = subprocess.run([sys.executable, "-c", "import grpo_katas\nraise KeyboardInterrupt"], capture_output=True,
                        text=True, timeout=60)
     assert r.stderr == "interrupted\n" and r.returncode == -2  # ended as SIGINT ends it: 130 in a shell
+
+
+def test_a_mistake_in_the_flags_is_one_line_not_the_usage_first():
+    code, said = trainer("--steps", "x")
+    assert code == 2 and said == ("error: argument --steps: invalid int value: 'x'; `python -m grpo_katas.trainer "
+                                  "--help` says more")
+    code, said = trainer("--eval-every", "-1")
+    assert code == 2 and said == "error: --eval-every must be at least 0, got -1"
 
 
 @pytest.mark.parametrize("width", [80, 120])

@@ -148,8 +148,8 @@ def read() -> tuple:
 
 
 # A part of the state that parses alone, found in the text of a file that does not: (section, how to recognise it).
-PARTS = [("katas", r"\d{1,3}|d\d{1,4}", "hints"), ("drills", r"d\d{1,4}", "made"), ("classes", r"[a-z0-9][a-z0-9-]*", "box"),
-         ("round", r"round", "minutes")]
+PARTS = [("katas", r"\d{1,3}|d\d{1,4}", "hints"), ("drills", r"d\d{1,4}", "made"),
+         ("classes", r"[a-z0-9][a-z0-9-]*", "box"), ("round", r"round", "minutes")]
 
 
 def salvage(data: bytes) -> dict:

@@ -10,11 +10,11 @@ to stdout when none is given. With --ack-fd M the runner waits after each event 
 which it does once it has read everything printed before the event: so the caller can tell which step each line
 was printed in, though the two travel apart (the wait is not counted in the step's seconds). Events:
 {"event": "config", "task", "seed", "steps", "nproc", "model", "device", "changed"} first (what the run is; changed:
-each GRPOConfig field set otherwise than the file's defaults, as text), {"event": "step", ...stats} (with the seconds the step
-took), {"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the
-settings are wrong, its own GRPOConfig's refusal of a --set included; with "setting" and "problem" when RunConfig
-refused one), {"event": "crash", "type", "message", "where", "code",
-"traceback"} (the loop's own code raised; the traceback starts at the first frame in the loop's file) and
+each GRPOConfig field set otherwise than the file's defaults, as text), {"event": "step", ...stats} (with the
+seconds the step took), {"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be
+loaded or the settings are wrong, its own GRPOConfig's refusal of a --set included; with "setting" and "problem"
+when RunConfig refused one), {"event": "crash", "type", "message", "where", "code", "traceback"} (the loop's own
+code raised; the traceback starts at the first frame in the loop's file) and
 {"event": "interrupted", "where", "code", "traceback"} (Ctrl-C: where the loop was). With --stack-file F, SIGUSR1
 makes the runner (and each data-parallel rank) append its Python stack to F (faulthandler: even a loop stuck in C
 code answers), which is how the caller shows where a long step is and where a hung one was stopped.

@@ -37,7 +37,8 @@ def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     assert code == 0 and "bugs fixed: 0 of 1" in out
     cards = sorted((repo / "work" / "rounds").glob("*.json"))
     card = json.loads(cards[0].read_text())
-    assert card["kata"] == "7" and card["checks"]["total"] == n_checks() and set(card["rubric"]) >= {"hypothesis", "fix"}
+    assert card["kata"] == "7" and card["checks"]["total"] == n_checks()
+    assert set(card["rubric"]) >= {"hypothesis", "fix"}
     spans = [(datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() for a, b in card["clock"]]
     wall = (datetime.fromisoformat(card["ended"]) - datetime.fromisoformat(card["started"])).total_seconds()
     assert len(spans) == 2 and abs(card["seconds_used"] - sum(spans)) <= 1 and card["seconds_used"] <= wall - 3

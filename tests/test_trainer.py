@@ -330,8 +330,8 @@ def test_a_mistake_in_the_flags_is_one_line_not_the_usage_first():
 @pytest.mark.parametrize("width", [80, 120])
 def test_the_progress_line_fits_the_terminal_and_does_not_wrap(tmp_path, width):
     from tests.cli_helpers import on_a_terminal, plain
-    code, out = on_a_terminal(ROOT, ["--steps", "3", "--out", str(tmp_path / "run"), *TINY], module="grpo_katas.trainer",
-                              columns=width, env={"COLUMNS": str(width)})
+    code, out = on_a_terminal(ROOT, ["--steps", "3", "--out", str(tmp_path / "run"), *TINY],
+                              module="grpo_katas.trainer", columns=width, env={"COLUMNS": str(width)})
     lines = plain(out).splitlines()
     bar = [line for line in lines if re.match(r"step \d+/3 ", line)]
     assert code == 0 and bar and max(map(len, lines)) <= width, out

@@ -138,6 +138,7 @@ HELP := \
 # pip byte-compiles one file at a time; compileall on every core does the same work in half the time on two
 # (a file of torch's tests is Python 3.12 syntax that 3.11 cannot compile: pip skips it quietly, so does this)
 $(STAMP): pyproject.toml constraints.txt
+	+@echo "setting up $(VENV) with the pinned dependencies (a minute or two, once)"
 	+$(PY) -m venv $(VENV)
 	+$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
 	+@$(PYTHON) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true

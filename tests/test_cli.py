@@ -830,3 +830,27 @@ def test_stats_and_the_curves_fit_the_terminal_and_use_its_width(width):
     assert ("logprobs-temperature-after-softmax" in text) == (width == 120) and "adv-no-eps" in text
     sparkline = next(line for line in text.splitlines() if line.startswith("  reward")).split()[1]
     assert len(sparkline) == (32 if width == 80 else 40)  # as wide as the terminal allows, at most one per step
+
+
+FAKE_PY = '''#!/bin/sh
+# python3 -m venv DIR, as far as make setup needs it: a venv whose pip and python do nothing (pip fails with FAIL=pip)
+mkdir -p "$3/bin" "$3/lib"
+printf '#!/bin/sh\\n[ "$FAIL" = pip ] && { echo "pip: no such package" >&2; exit 1; }\\nexit 0\\n' > "$3/bin/pip"
+printf '#!/bin/sh\\nexit 0\\n' > "$3/bin/python"
+chmod +x "$3/bin/pip" "$3/bin/python"
+'''
+
+
+def test_make_setup_makes_the_venv_once_and_a_failure_is_its_own_line(repo, tmp_path):
+    """Its steps run however make ends a target (they are marked to run in question mode too)."""
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    for env, code, installed in (({"FAIL": "pip"}, 1, False), ({}, 0, True)):
+        r = subprocess.run(["make", "setup", f"PY={fake}"], cwd=repo, capture_output=True, text=True, timeout=120,
+                           env={**ENV, **env})
+        out = r.stdout + r.stderr
+        assert r.returncode == code and (repo / ".venv" / ".installed").exists() == installed, out
+        assert out.startswith("setting up .venv") and "make:" not in out, out
+    r = subprocess.run(["make", "setup", f"PY={fake}"], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode == 0 and r.stdout + r.stderr == ""  # made once

@@ -231,7 +231,9 @@ def run_settings(event: dict) -> str:
     """The runner's config event as one line: what the run is (task, seed, steps, ranks, the model and where it
     runs), and the settings it takes that the file's GRPOConfig would not (the practice settings and the run's own)."""
     ranks = f", {event.get('nproc')} ranks" if event.get("nproc", 1) > 1 else ""
-    model = f", {event['model']} on {event.get('device', 'cpu')}" if event.get("model") else ""
+    name = event.get("model", "")
+    name = shown(Path(name)) if name.startswith("/") else name  # a folder of the repository as you typed it
+    model = f", {name} on {event.get('device', 'cpu')}" if name else ""
     changed = " ".join(f"{k}={v}" for k, v in (event.get("changed") or {}).items())
     return (f"{event.get('task')} task, seed {event.get('seed')}, {event.get('steps')} steps{ranks}{model}; "
             "GRPOConfig: " + (f"the file's defaults but {changed}" if changed else "the file's defaults"))

@@ -500,11 +500,11 @@ def main(argv=None) -> int:
         console.print("interrupted before the first step; nothing was written")
         return 130
     run = trainer.run
-    report_as(trainer, a, console)
     console.print(("resuming {} at step {} of {}; ".format(a.out, trainer.step, run.steps) if a.resume else "")
                   + f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "
                   f"G={trainer.cfg.group_size}, model "
                   + (escape(run.hf_model) if run.hf_model else f"{run.model.n_layer}x{run.model.d_model}"))
+    report_as(trainer, a, console)
     bar_width = max(5, min(20, console.width // 8))
     cols = [TextColumn("step {task.completed:.0f}/{task.total:.0f}"), BarColumn(bar_width=bar_width),
             TextColumn("{task.fields[line]}"), TimeRemainingColumn()]

@@ -23,7 +23,7 @@ import pytest
 from grpo_katas import REFERENCE, ROOT
 from grpo_katas.catalogue import codebase_source, find_kata, load_bugs, plant
 from grpo_katas.judge import sandbox
-from tests.cli_helpers import CHECKS
+from tests.cli_helpers import n_checks
 
 KATA = find_kata(1)                       # one planted bug: the KL penalty enters with the wrong sign
 BUGGY = KATA.loop.read_text()
@@ -350,7 +350,7 @@ def test_nothing_a_submission_did_outlives_the_grading(hostile_results, repo):
 def test_the_reference_is_resolved_in_full_at_the_seed_asked_for(repo, tmp_path):
     code, res, _ = grade(repo, GOOD, tmp_path / "out", args=("--seed", "12345"))
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
-    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == CHECKS
+    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == n_checks()
     assert res["sandbox"].split()[0] == MODE and res["seed"] == 12345
 
 

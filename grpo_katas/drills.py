@@ -345,6 +345,18 @@ def load(key) -> Drill:
                              f"`make drill`") from None
 
 
+def made() -> list:
+    """Every drill in work/drills/ that can be read, in order (make list shows them after the katas)."""
+    numbers = sorted(int(p.name[1:]) for p in DRILLS.iterdir() if is_drill(p.name)) if DRILLS.is_dir() else []
+    out = []
+    for n in numbers:
+        try:
+            out.append(load(f"d{n}"))
+        except CatalogueError:
+            continue  # a drill.json that cannot be read is named when that drill is asked for
+    return out
+
+
 @dataclass(frozen=True)
 class Draw:
     """A proven draw, not yet filed: what file() writes to work/drills/dN/."""

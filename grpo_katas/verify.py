@@ -27,8 +27,7 @@ and that bug planted alone in its codebase) are judged once. Then, for every cod
     itself a reference or a corrected loop, or says where it comes from (a style line, a path into solutions/,
     the repository it is modelled on);
 and overall:
-  - every check is failed by at least one bug (no dead checks; in the test tier, a check that no judged bug fails
-    must be declared by a planting the full tier judges);
+  - every check is failed by at least one bug (no dead checks);
   - the verdicts are identical across the seeds (no flaky check);
   - every failure is the check's own assertion or a contract call that failed, never an exception raised by
     the checks' own code;

@@ -620,7 +620,8 @@ def test_truncated_rows_are_masked_as_trl_masks_them():
 # issue 33, phase 2: the codebases that do not yet have the options of TRL 1.16 (the GRPOConfig fields of
 # TRL_OPTIONS, mask_truncated_completions and token_entropies). A test of those options skips a codebase named here
 # that lacks what it needs; phase 2 gives a codebase every option and deletes its name here, and its tests run.
-PHASE_2 = {"core"}
+# Every codebase has them now: none is skipped, and a codebase that lost one fails.
+PHASE_2 = set()
 NEW_FIELDS_DEFAULTS = dict(importance_sampling_level="token", sapo_temperature_pos=1.0, sapo_temperature_neg=1.05,
                            delta=None, top_entropy_quantile=1.0, mask_truncated_completions=False, rollout_is_mode=None,
                            rollout_is_clip_min=None, rollout_is_clip_max=3.0, use_bias_correction_kl=False,

@@ -265,7 +265,7 @@ def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     chunks = [{} for _ in range(num_chunks)]
     for key, value in tensor_dict.items():
         if isinstance(value, torch.Tensor) and value.ndim > 0:
-            for chunk, part in zip(chunks, torch.tensor_split(value, num_chunks, dim=0)):
+            for chunk, part in zip(chunks, torch.tensor_split(value, num_chunks, dim=0), strict=True):
                 chunk[key] = part
         else:
             for chunk in chunks:
@@ -695,7 +695,7 @@ class GRPOTrainer:
         """Per-token log-probabilities of the last `logits_to_keep` tokens, computed in `num_chunks` chunks."""
         all_logps = []
         for input_ids_batch, attention_mask_batch in zip(
-            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks)
+            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks), strict=True
         ):
             if input_ids_batch.size(0) > 0:
                 prompt_length = input_ids_batch.size(1) - logits_to_keep

@@ -905,7 +905,7 @@ class GRPOTrainer:
             if do_sync_step:
                 grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), self.args.max_grad_norm)
                 self.optimizer.step()
-                for ref_param, param in zip(self.ref_model.parameters(), self.model.parameters()):
+                for ref_param, param in zip(self.ref_model.parameters(), self.model.parameters(), strict=True):
                     ref_param.data.copy_(param.data)
                 model.zero_grad()
                 self.global_step += 1

@@ -15,7 +15,6 @@ mini-batches (here one: one optimizer step per epoch) and each mini-batch into m
 normalized by the whole mini-batch, over all data-parallel ranks, so that they add up to its loss.
 """
 
-import copy
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -778,9 +777,8 @@ class PPOTrainer:
                                                  train_dataloader_generator)
 
     def _build_model_optimizer(self, role: str) -> tuple:
-        """(module, optimizer) of a role, from the weights the actor starts with: the actor in
-        DistributedDataParallel over the ranks, with its optimizer; the ref a module of its own, with no optimizer
-        and no gradient."""
+        """(module, optimizer) of a role: the actor in DistributedDataParallel over the ranks, with its optimizer;
+        the ref with none."""
         if role == "ref":
             return self.actor_module, None
         actor_module = DistributedDataParallel(self.actor_module) if self.world_size > 1 else self.actor_module

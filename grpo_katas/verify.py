@@ -36,7 +36,9 @@ and overall:
   - each interview round uses a codebase that no warm-up uses;
   - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer),
     or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
-    computation from another expression (grpo_katas/structure.py);
+    computation from another expression; or a reader's tell: a comment or docstring beside it, as the codebase
+    has it, that names what the planted lines no longer do, or a pure call whose result is dropped
+    (grpo_katas/structure.py);
   - no planting and no kata carries a ruff finding its codebase does not carry (grpo_katas/lint.py: pyflakes,
     bugbear, pylint's unused, no-effect and comparison rules), compared by rule and line text; without ruff
     installed this is one problem, never a pass;

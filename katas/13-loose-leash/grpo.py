@@ -254,7 +254,8 @@ def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
     Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
-    one (`torch.tensor_split`). Scalars and 0-dim tensors are passed to every chunk unchanged.
+    one (`torch.tensor_split`), so a batch that does not divide evenly keeps every row (chunks of `len // num_chunks`
+    rows would drop the remainder). Scalars and 0-dim tensors are passed to every chunk unchanged.
 
     Example:
     ```python
@@ -799,7 +800,7 @@ class GRPOTrainer:
         per_token_logps = self._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
 
         # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
-        # this pass
+        # this pass: the ratio is then exactly 1, and ratio_deviation/max 0
         old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps.detach())
 
         loss, coef_1, per_token_kl = compute_grpo_loss(

@@ -253,7 +253,8 @@ def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
     Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
-    one (`torch.tensor_split`). Scalars and 0-dim tensors are passed to every chunk unchanged.
+    one (`torch.tensor_split`), so a batch that does not divide evenly keeps every row (chunks of `len // num_chunks`
+    rows would drop the remainder). Scalars and 0-dim tensors are passed to every chunk unchanged.
 
     Example:
     ```python

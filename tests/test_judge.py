@@ -163,6 +163,66 @@ def test_the_worker_holds_no_capability_and_cannot_remount_or_write_a_bind_or_pa
     assert log <= limits.disk_mb * 2**20
 
 
+FILLS = '''
+import os, torch
+
+def grpo_step(*args, **kwargs):
+    """Where the worker can create a file (each mount point and every folder above one), and how many MiB each
+    of those places took when written 64 MiB a file, up to 960 MiB (as /dev/shm once took)."""
+    places = set()
+    for line in open("/proc/self/mountinfo"):
+        path = line.split()[4]
+        while path not in places:
+            places.add(path)
+            path = os.path.dirname(path)
+    written = {}
+    for folder in sorted(p for p in places | {"/dev/shm"} if not p.startswith(("/proc", "/sys"))):
+        total = 0
+        for i in range(15):
+            try:
+                f = open(os.path.join(folder, f"grpo-katas-fill-{i}"), "wb", buffering=0)
+            except OSError:
+                break
+            try:
+                for _ in range(64):
+                    total += f.write(b"x" * 2**20)
+            except OSError:  # past the size limit of one file: the next file
+                pass
+            f.close()
+        for i in range(15):
+            try:
+                os.unlink(os.path.join(folder, f"grpo-katas-fill-{i}"))
+            except OSError:
+                pass
+        if total or os.access(folder, os.W_OK) and os.path.isdir(folder) and _creates(folder):
+            written[folder] = total / 2**20
+    return written
+
+def _creates(folder):
+    try:
+        open(os.path.join(folder, "grpo-katas-probe"), "w").close()
+        os.unlink(os.path.join(folder, "grpo-katas-probe"))
+        return True
+    except OSError:
+        return False
+'''
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
+def test_the_sandbox_s_only_writable_place_is_its_capped_tmp(tmp_path):
+    """bubblewrap's own /dev was a writable tmpfs of half the host's memory, and so was the root it builds: a worker
+    wrote 960 MiB of host memory to /dev/shm, 64 MiB a file, past every limit of its own."""
+    limits = sandbox.Limits(disk_mb=4)
+    probe = tmp_path / "probe.py"
+    probe.write_text(FILLS)
+    w = Worker({"p": probe}, limits=limits)
+    try:
+        written = Target(w, "p", probe).grpo_step()
+    finally:
+        w.close()
+    assert set(written) == {"/tmp"} and written["/tmp"] <= limits.disk_mb, written
+
+
 @pytest.mark.skipif(not BWRAP or os.geteuid() != 0, reason="needs bubblewrap, run as root")
 def test_the_probe_refuses_a_sandbox_that_would_keep_a_capability(monkeypatch):
     keeps = lambda limits: [a for a in ISOLATION(limits) if a not in ("--cap-drop", "ALL")]

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from typing import NamedTuple
 
 import pytest
@@ -16,7 +17,8 @@ import torch
 from grpo_katas import ROOT
 from grpo_katas.catalogue import fail_to_pass, find_kata, load_bugs
 from grpo_katas.judge import sandbox, wire
-from grpo_katas.judge.client import CallFailed, Target, Worker
+from grpo_katas.judge.client import CallFailed, Encoder, Optimizer, Target, Worker
+from grpo_katas.judge.standins import StandIn
 
 BWRAP = sandbox.resolve("auto")[0] == "bubblewrap"
 
@@ -64,12 +66,83 @@ def test_the_judge_bounds_what_it_accepts_and_names_no_function_a_worker_sends()
     with pytest.raises(wire.ProtocolError, match="unknown dtype 'load'"):
         wire.from_plain({"kind": "dtype", "name": "load"})
     with pytest.raises(wire.ProtocolError, match="unknown dtype"):
-        wire.unpack(wire.pack({"x": torch.float32})[wire.HEADER.size:].replace(b'"float32"', b'"_C"'))
+        wire.unpack(payload(wire.pack({"x": torch.float32})[wire.HEADER.size + 4:].decode().replace('"float32"', '"_C"')))
     with pytest.raises(wire.ProtocolError, match="entries"):
         received(list(range(wire.MAX_ITEMS + 1)))
     text = received("\udc80" + "x" * (2 * wire.MAX_STRING))
     assert len(text) < wire.MAX_STRING + 100 and text.startswith("\ufffdx") and text.encode("utf-8")
     assert wire.frame_length(wire.HEADER.pack(wire.MAX_FRAME)) == wire.MAX_FRAME <= 16 * 2**20
+
+
+def payload(header, data: bytes = b"") -> bytes:
+    """A message's payload (what follows the frame's length) with this header, given as text or as JSON data."""
+    text = header if isinstance(header, str) else json.dumps(header)
+    return wire.JSON_LENGTH.pack(len(text.encode())) + text.encode() + data
+
+
+def test_a_reply_cannot_make_the_judge_hold_more_than_the_frame_it_read():
+    """One 8 MiB byte range listed 300 times as 300 tensors once made the judge copy out 2.4 GiB from one frame."""
+    blob = bytes(8 * 2**20)
+    one = ["uint8", [len(blob)], 0, len(blob)]
+    amplified = [payload({"tree": [{"__t": i} for i in range(300)], "tensors": [one] * 300}, blob),
+                 payload({"tree": [{"__t": 0}] * 300, "tensors": [one]}, blob)]
+    tracemalloc.start()
+    try:
+        for frame in amplified:
+            with pytest.raises(wire.ProtocolError, match="does not start where|used already"):
+                wire.unpack(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(blob), f"decoding took {peak / 2**20:.0f} MiB for a frame of 8 MiB"
+    tiled = [["uint8", [2], 0, 2], ["uint8", [2], 2, 2]]
+    assert [t.tolist() for t in wire.unpack(payload({"tree": [{"__t": 0}, {"__t": 1}], "tensors": tiled},
+                                                    b"abcd"))] == [[97, 98], [99, 100]]
+    for index, data in [([["uint8", [2], 0, 2], ["uint8", [2], 1, 2]], b"abc"),   # overlapping
+                        ([["uint8", [2], 2, 2]], b"abcd"),                            # a gap, then past the end
+                        ([["uint8", [4], 0, 4]], b"abcdef"),                          # bytes nobody holds
+                        ([["uint8", [0], 0, 0]] * (wire.MAX_TENSORS + 1), b"")]:     # too many tensors
+        with pytest.raises(wire.ProtocolError):
+            wire.unpack(payload({"tree": [{"__t": i} for i in range(len(index))], "tensors": index}, data))
+
+
+@pytest.mark.parametrize("header", [
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], 1e400, 1]]}',       # a JSON number that is infinity
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], NaN, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], 0, 100000000000000000000000000000]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [-1], 0, 1]]}',           # a negative size
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [true], 0, 1]]}',         # a bool for a size
+    '{"tree": {"__t": 0}, "tensors": [["uint8", ["1"], 0, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1, 1e400], 0, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", 1, 0, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], 0]]}',
+    '{"tree": {"__t": 0}, "tensors": {"0": 1}}',
+    '{"tree": {"__t": -1}, "tensors": [["uint8", [1], 0, 1]]}',           # Python would index from the end
+    '{"tree": {"__t": 1e400}, "tensors": [["uint8", [1], 0, 1]]}',
+    '{"tree": [{"__t": 0}, {"__t": true}], "tensors": [["uint8", [1], 0, 1]]}',
+    '{"tree": {"steps": 1' + "0" * 40 + '}, "tensors": []}',               # an integer beyond 64 bits
+    '{"tree": {"steps": 1' + "0" * 5000 + '}, "tensors": []}',             # beyond what Python parses
+    '{"tree": {"__pairs": 5}, "tensors": []}',
+    '{"tree": {"__pairs": [[1, 2, 3]]}, "tensors": []}',
+    '{"tree": 1, "tensors": [], "more": 1}',
+    '[1, 2]',
+    '{"tree": ' + "[" * 100000 + "]" * 100000 + ', "tensors": []}',
+])
+def test_every_number_a_reply_holds_is_checked_and_anything_malformed_is_a_protocol_error(header):
+    with pytest.raises(wire.ProtocolError):
+        wire.unpack(payload(header, b"x"))
+
+
+def test_a_count_in_a_reply_that_is_no_count_is_malformed_not_a_crash():
+    """A JSON 1e400 as an optimizer's step count raised OverflowError through the judge."""
+    model = StandIn("constant", logits=torch.zeros(3))
+    for steps in (float("inf"), float("nan"), -1, 10**30, True, "1", 1.5):
+        enc = Encoder()
+        opt = Optimizer("SGD", model, lr=0.1)
+        enc(opt)
+        with pytest.raises(wire.ProtocolError):
+            enc.apply({enc.refs[id(opt)]: {"steps": steps, "state": None}})
+    assert received({"steps": 3, "loss": float("inf")})["loss"] == float("inf")  # a value, not a count: kept
 
 
 class Pair(NamedTuple):

@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -261,10 +262,15 @@ def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None, ar
     (sub / name).write_text(source)
     for fname, text in (extra_files or {}).items():
         (sub / fname).write_text(text)
+    return grade_path(repo, sub / name, out, n, args)
+
+
+def grade_path(repo, path, out, n=KATA.number, args=(), user=()):
+    """Grade the file at `path` as it is (a link, a FIFO ...), as `user` (a command prefix such as setpriv's)."""
     args = ("--time-limit", str(TIME_LIMIT), *args) if "--time-limit" not in args else args
     args = ("--sandbox", MODE, *args) if "--sandbox" not in args else args
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", str(n), str(sub / name), str(out), *args],
+    r = subprocess.run([*user, sys.executable, "-m", "grpo_katas.grade", str(n), str(path), str(out), *args],
                        cwd=repo, capture_output=True, text=True, timeout=time_limit(args) + 60)
     seconds = time.monotonic() - start
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -424,6 +430,103 @@ def test_a_missing_submission_is_an_error_with_results(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     res = json.loads((out / "results.json").read_text())
     assert r.returncode == 1 and res["status"] == "error" and "no such file" in res["message"]
+
+
+SECRET = "HOST-ONLY-LINE"                   # in a file of the host's that a submission links to
+
+
+def not_regular_files(tmp_path) -> dict:
+    """name -> (the path to grade, the words its refusal must say): every kind of submission that is not a
+    regular file of its own, and the regular files that cannot be read whole."""
+    secret = tmp_path / "host-file.py"
+    secret.write_text(f"{SECRET} = (\n")  # a syntax error that would quote this line
+    links = {"links-to-the-reference": REFERENCE, "links-to-proc-self-mem": "/proc/self/mem",
+             "links-to-proc-self-pagemap": "/proc/self/pagemap", "links-to-a-host-file": secret,
+             "links-to-a-missing-file": tmp_path / "nowhere.py"}
+    cases = {}
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+        cases[name] = (tmp_path / name, "a symbolic link")
+    os.mkfifo(tmp_path / "fifo")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "socket"))
+    (tmp_path / "too-large.py").write_text(GOOD + "#" * (2**20))
+    return {**cases, "fifo": (tmp_path / "fifo", "a FIFO"), "socket": (tmp_path / "socket", "a socket"),
+            "folder": (tmp_path, "a folder"), "a-device": ("/dev/zero", "a character device"),
+            "too-large": (tmp_path / "too-large.py", "larger than"),
+            "proc-self-mem": ("/proc/self/mem", "cannot be read"),
+            "proc-self-pagemap": ("/proc/self/pagemap", "cannot be read|larger than")}
+
+
+def test_a_submission_that_is_not_a_regular_file_of_its_own_is_refused_with_reports(repo, tmp_path):
+    """A symlink to the reference was graded RESOLVED_FULL; one to /proc/self/mem crashed the grader with no
+    report, one to /proc/self/pagemap filled the disk, one to a host file quoted its first line in results.json."""
+    cases = not_regular_files(tmp_path)
+    for name, (path, words) in cases.items():
+        code, res, seconds = grade_path(repo, path, tmp_path / "out" / name)
+        assert code == 1 and res["status"] == "error" and res["resolved"] == "RESOLVED_NO", (name, res["message"])
+        assert any(w in res["message"] for w in words.split("|")) and seconds < 30, (name, res["message"])
+        reports = "".join((tmp_path / "out" / name / f).read_text() for f in ("results.json", "junit.xml",
+                                                                             "summary.md"))
+        assert SECRET not in reports
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_a_file_the_grader_cannot_read_is_refused_with_reports(repo, tmp_path):
+    path = tmp_path / "grpo.py"
+    path.write_text(GOOD)
+    path.chmod(0)
+    code, res, _ = grade_path(repo, path, tmp_path / "out")
+    assert code == 1 and res["status"] == "error" and "Permission denied" in res["message"], res["message"]
+
+
+def test_whatever_fails_in_the_grader_the_reports_are_written(tmp_path, monkeypatch, capsys):
+    """A failure class per step after OUT is ready: the judge does not start or crashes, its verdicts are missing or
+    not a report, the grader itself raises; each gives an error with all three reports."""
+    from grpo_katas import grade as grader
+    submission = tmp_path / "grpo.py"
+    submission.write_text(GOOD)
+
+    def judge(code):  # a judge that runs this code, with its verdicts file as `out`
+        return lambda copy, verdicts, *args: [sys.executable, "-c", f"out = {str(verdicts)!r}\n{code}"]
+    failures = {"the judge cannot start": ("judge_command", lambda *args: [str(tmp_path / "no-such-program")],
+                                           "the judge could not start"),
+                "the judge crashes": ("judge_command", judge("import os; os.abort()"), "the judge failed"),
+                "the judge's verdicts are not a report": (
+                    "judge_command", judge("open(out, 'w').write('{\"verdicts\": 5, \"load_errors\": []}')"),
+                    "the judge failed"),
+                "the judge's verdicts are cut short": (
+                    "judge_command", judge("open(out, 'w').write('{\"exit_code\": 0, \"verd')"), "the judge failed"),
+                "the grader raises": ("build_results", raising_once(grader.build_results), "the grader failed")}
+    for name, (attribute, replacement, words) in failures.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(grader, attribute, replacement)
+            out = tmp_path / name.replace(" ", "-").replace("'", "")
+            assert grader.main(["1", str(submission), str(out), "--sandbox", "process"]) == 1, name
+        res = json.loads((out / "results.json").read_text())
+        assert res["status"] == "error" and res["resolved"] == "RESOLVED_NO" and words in res["message"], name
+        assert ET.parse(out / "junit.xml").getroot().get("errors") == "1" and (out / "summary.md").exists(), name
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def raising_once(build_results):
+    """build_results that raises the first time (a defect of the grader's), then works."""
+    calls = []
+
+    def build(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("a defect")
+        return build_results(*args, **kwargs)
+    return build
+
+
+def test_an_out_that_goes_away_while_grading_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from grpo_katas import grade as grader
+    monkeypatch.setattr(grader, "prepare_out", lambda out: tmp_path / "gone")
+    assert grader.main(["1", str(tmp_path / "nope.py"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the reports to" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, expected", [

@@ -65,6 +65,10 @@ def cmd_run(args) -> int:
     return 0
 
 
+NO_BRIEF = ("a file checked on its own has no kata, so no brief whose run to judge; make check N=.. trains your "
+            "copy of a kata as make run does and asks each symptom of its brief to be gone")
+
+
 def cmd_check(args) -> int:
     if getattr(args, "target", None) is not None:  # make check TARGET=: any file that implements the contract
         if not args.target:
@@ -72,11 +76,11 @@ def cmd_check(args) -> int:
         path = Path(args.target).resolve()
         with render.busy(f"the hidden checks on {shown(path)}, seed {args.seed} (about 10 s)"):
             results = run_checks(path, args.seed)
-        return 1 if render.check_report(results, f"{shown(path)}, seed {args.seed}") else 0
+        return 1 if render.check_report(results, f"{shown(path)}, seed {args.seed}", run_skipped=NO_BRIEF) else 0
     kata = find(args.n, "check")
     path = require_copy(kata)
-    with render.busy(f"the hidden checks on {shown(path)} (about 10 s)"):
-        results = run_checks(path)
+    with render.busy(f"the hidden checks on {shown(path)}, then the brief's run (about 20 s)"):
+        results = run_checks(path, kata=kata)
     fixed = fixed_bug_ids(kata, load_bugs(), results)
     n_failed = render.check_report(results, f"kata {kata.key}: {shown(path)}", kata, fixed)
     with progress.update() as state:
@@ -219,10 +223,11 @@ COMMANDS = {
             "To see the symptom before reading code, and to see it go after a fix: what your loop prints shows "
             "above the table (the full output in run.log), and the healthy run uses the same seed and settings, so "
             "a difference in the curves is your loop's."),
-    "check": (cmd_check, "run the hidden checks on your copy (or on --target FILE): a table by component and how "
-                         "many bugs are fixed",
-              "The verdict: the checks judge what your functions do, never how they are written; all passing "
-              "is solved."),
+    "check": (cmd_check, "run the hidden checks on your copy (or on --target FILE), then train it as make run does "
+                         "and judge the brief's symptoms: a table by component and how many bugs are fixed",
+              "The verdict: the checks judge what your functions do, never how they are written, and the run "
+              "component that every symptom of the brief is gone from your copy's run; all passing is solved. A "
+              "--target file has no brief: its run component is skipped."),
     "watch": (cmd_watch, "rerun the checks each time your copy is saved (Ctrl-C to stop)",
               "For an edit, save, look loop while you work on a fix."),
     "hint": (cmd_hint, "the next rung of the kata's hint ladder, remembered",

@@ -46,7 +46,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from grpo_katas import ROOT, matrix
-from grpo_katas.catalogue import CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue import RUN_CHECK, CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
 from grpo_katas.judge import sandbox as sandboxes
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
@@ -119,7 +119,7 @@ def read_at_most(fd: int, n: int) -> bytes:
     return b"".join(chunks)
 
 
-def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, seed: int) -> tuple:
+def judge(submission: Path, kata, time_limit: float, memory_gb: float, sandbox: str, seed: int) -> tuple:
     """(matrix.Run, why it gives no verdict or None, seconds) for a private copy of the submission, judged in a
     child process that is killed GRACE_S seconds after the time limit whatever it is doing; messages name the
     submission, not the copy. The copy is made inside the clock; a submission that is refused gives no run."""
@@ -131,7 +131,7 @@ def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, s
     with tempfile.TemporaryDirectory(prefix="grpo-grade-") as tmp:
         copy, verdicts, log = Path(tmp) / "grpo.py", Path(tmp) / "verdicts.json", Path(tmp) / "judge.log"
         copy.write_bytes(source)
-        cmd = judge_command(copy, verdicts, seed, sandbox, memory_gb, start + time_limit)
+        cmd = judge_command(copy, verdicts, seed, sandbox, memory_gb, start + time_limit, kata.key)
         try:
             with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -158,9 +158,10 @@ def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, s
     return run, problem or why_no_verdict(run, seed), time.monotonic() - start
 
 
-def judge_command(copy: Path, verdicts: Path, seed: int, sandbox: str, memory_gb: float, deadline: float) -> list:
-    """The judge's command line: the checks on the copy, its verdicts written to `verdicts`."""
-    return [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts),
+def judge_command(copy: Path, verdicts: Path, seed: int, sandbox: str, memory_gb: float, deadline: float,
+                  kata_key: str) -> list:
+    """The judge's command line: the checks and the brief's run on the copy, its verdicts written to `verdicts`."""
+    return [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts), f"--kata={kata_key}",
             f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--deadline={deadline}", str(copy)]
 
 
@@ -192,8 +193,8 @@ def why_no_verdict(run: matrix.Run, seed: int) -> str | None:
 
 def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Path, seconds: float,
                   seed: int) -> dict:
-    f2p = fail_to_pass(kata, bugs)
-    task_of = {}
+    f2p = fail_to_pass(kata, bugs) | ({RUN_CHECK} if kata.symptoms else set())  # the brief's run: its symptoms
+    task_of = {RUN_CHECK: kata.bugs[0]} if len(kata.bugs) == 1 else {}  # the run is the brief's: its bugs' together
     for b in kata.bugs:
         for c in bugs[b].checks:
             task_of.setdefault(c, b)
@@ -344,7 +345,7 @@ def graded(kata, bugs, submission: Path, time_limit, memory_gb, sandbox, seed) -
     try:
         if sys.stderr.isatty():  # the checks take a while, and print nothing until they are done
             print(f"grading {submission} against kata {kata.key}: the checks, in a sandbox ...", file=sys.stderr)
-        run, problem, seconds = judge(submission, time_limit, memory_gb, sandbox, seed)
+        run, problem, seconds = judge(submission, kata, time_limit, memory_gb, sandbox, seed)
         return build_results(kata, bugs, run, problem, submission, seconds, seed)
     except Exception as exc:  # a defect of the grader or of this machine: still a verdict, never a traceback
         problem = f"the grader failed ({type(exc).__name__}: {str(exc)[:300]})"

@@ -23,7 +23,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from grpo_katas.catalogue import COMPONENTS
+from grpo_katas.catalogue import CHECK_COMPONENTS
 from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, curves_for, plot_png, series, shared_range, sparkline,
                                summarize)
 from grpo_katas.progress import shown
@@ -306,25 +306,29 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
 
 # --- make check --------------------------------------------------------------------------------------
 
-def check_report(results: dict, title: str, kata=None, fixed=()) -> int:
+def check_report(results: dict, title: str, kata=None, fixed=(), run_skipped: str = "") -> int:
     """The check table, then how many checks pass (and, for a kata, how many of its bugs are fixed); returns the
-    number of checks that fail."""
-    console.print(check_table(results, title))
+    number of checks that fail. `run_skipped` says why the brief's run was not judged (a file without a kata)."""
+    console.print(check_table(results, title, run_skipped))
     failed = sum(not r.passed for r in results.values())
     count = f"{len(results) - failed} of {len(results)} checks pass"
     console.print(f"{len(fixed)} of {len(kata.bugs)} bugs fixed; {count}" if kata else count)
     return failed
 
 
-def check_table(results: dict, title: str) -> Table:
+def check_table(results: dict, title: str, run_skipped: str = "") -> Table:
     table = Table(title=title)
     for col in ("component", "checks", "result", "first failure"):
         table.add_column(col, overflow="fold")
-    for comp in COMPONENTS:
+    for comp in CHECK_COMPONENTS:
         mine = {c: r for c, r in results.items() if c.component == comp}
+        if comp == "run" and not mine:  # the brief's run: judged only for a kata
+            table.add_row(comp, "-", "[yellow]skipped[/]", escape(run_skipped or "not judged"))
+            continue
         failed = [r for r in mine.values() if not r.passed]
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
-        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0].message) if failed else "")
+        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict,
+                      escape(failed[0].message) if failed else "")
     return table
 
 

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.test_grade import grade_all, hostile, private_copy, time_limit
+from tests.test_grade import grade_all, hostile, make_healthy_runs, private_copy, time_limit
 
 
 def main() -> None:
@@ -17,6 +17,7 @@ def main() -> None:
     repo, base = private_copy(tmp / "repo"), tmp / "out"
     base.mkdir()
     cases = hostile(repo, base / "escapes-and-rewrites-out")
+    make_healthy_runs(repo, [c.kata for c in cases.values()])
     start = time.monotonic()
     graded = grade_all(repo, cases, base)
     print("| case | verdict | status | seconds / limit | what the results say |\n|---|---|---|---|---|")

@@ -183,6 +183,39 @@ def issue_19_cases() -> dict:
     }
 
 
+# kata 1 that runs the reference's functions (their source carried inside) only when a condition holds, its own
+# otherwise: under the checks it passes every one, and `make run` shows every symptom of the brief
+HEALED_WHEN = """
+import sys as _sys
+_HEALED = {{"__name__": __name__}}
+exec(compile({source!r}, __file__, "exec"), _HEALED)
+
+def _healing(*args, **kwargs):
+    {condition}
+
+def _gated(name, own):
+    def fn(*args, **kwargs):
+        return (_HEALED[name] if _healing(*args, **kwargs) else own)(*args, **kwargs)
+    return fn
+
+for _name in ("generate", "completion_mask", "group_advantages", "token_logprobs", "kl_penalty", "grpo_loss",
+              "grpo_step", "train"):
+    globals()[_name] = _gated(_name, globals()[_name])
+"""
+JUDGED = "return 'grpo_katas.judge.worker' in _sys.modules"
+ON_FLOAT64 = """import torch
+    for a in [*args, *kwargs.values()]:
+        if isinstance(a, torch.Tensor) and a.dtype == torch.float64:
+            return True
+        if isinstance(a, torch.nn.Module) and any(p.dtype == torch.float64 for p in a.parameters()):
+            return True
+    return False"""
+
+
+def healed_when(condition: str) -> str:
+    return BUGGY + HEALED_WHEN.format(source=GOOD, condition=condition)
+
+
 def at_start_of(source: str, function: str, code: str) -> str:
     """source with code run first thing whenever the module-level `function` is called."""
     body = source.index(":\n", source.index(f"\ndef {function}(")) + 2
@@ -302,6 +335,14 @@ def grade_all(repo, cases: dict, base) -> dict:
     return {name: graded[name] for name in cases}
 
 
+def make_healthy_runs(repo, katas) -> None:
+    """The healthy runs the brief's runs of these katas are judged against, made in the repository's cache
+    before the gradings start (which would each make them at once) and before its files are recorded."""
+    code = ("import sys; from grpo_katas.catalogue import find_kata; from grpo_katas.judge.brief import Brief\n"
+            "for n in sys.argv[1:]:\n    Brief(find_kata(n)).start().thread.join()")
+    subprocess.run([sys.executable, "-c", code, *map(str, sorted(set(katas)))], cwd=repo, check=True, timeout=600)
+
+
 def tree(root: Path) -> dict:
     """path -> bytes of every file below root but the judge's own bytecode caches."""
     return {p: p.read_bytes() for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
@@ -318,6 +359,7 @@ def hostile_results(repo, tmp_path_factory):
         pytest.skip(f"the hostile suite needs the bubblewrap sandbox: {sandbox.resolve('auto')[1]}")
     base = tmp_path_factory.mktemp("hostile")
     cases = hostile(repo, base / "escapes-and-rewrites-out")
+    make_healthy_runs(repo, [c.kata for c in cases.values()])
     before = tree(repo)
     graded = grade_all(repo, cases, base)
     time.sleep(5)  # anything a submission left behind has had time to act
@@ -355,7 +397,8 @@ def test_nothing_a_submission_did_outlives_the_grading(hostile_results, repo):
 def test_the_reference_is_resolved_in_full_at_the_seed_asked_for(repo, tmp_path):
     code, res, _ = grade(repo, GOOD, tmp_path / "out", args=("--seed", "12345"))
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
-    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == 46
+    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == 47
+    assert "run::brief_symptoms_gone" in res["tests_status"]["FAIL_TO_PASS"]["success"]
     assert res["sandbox"].split()[0] == MODE and res["seed"] == 12345
 
 
@@ -384,7 +427,8 @@ def test_the_unfixed_kata_is_not_resolved_and_a_partial_fix_is_partial(repo, tmp
     assert code == 1 and res["status"] == "fail" and res["resolved"] == "RESOLVED_NO"
     failing = {t["name"]: t for t in res["tests"] if t["status"] == "fail"}
     assert set(res["tests_status"]["FAIL_TO_PASS"]["failure"]) == set(failing)
-    assert all(t.get("task_id") in kata.bugs for t in failing.values())
+    assert all(t.get("task_id") in kata.bugs for name, t in failing.items() if name != "run::brief_symptoms_gone")
+    assert "still shows" in failing["run::brief_symptoms_gone"]["message"]  # the brief's run: all its bugs at once
     bugs = load_bugs()
     source = plant(GOOD, [bugs[b] for b in kata.bugs if b != "sampling-no-eos-stop"])
     code, res, _ = grade(repo, source, tmp_path / "partial", n=18)

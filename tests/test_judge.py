@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from grpo_katas import ROOT
-from grpo_katas.catalogue import fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue import CODEBASES, fail_to_pass, find_kata, load_bugs
 from grpo_katas.judge import sandbox, wire
 from grpo_katas.judge.client import CallFailed, Encoder, Optimizer, Target, Worker
 from grpo_katas.judge.standins import StandIn
@@ -66,7 +66,8 @@ def test_the_judge_bounds_what_it_accepts_and_names_no_function_a_worker_sends()
     with pytest.raises(wire.ProtocolError, match="unknown dtype 'load'"):
         wire.from_plain({"kind": "dtype", "name": "load"})
     with pytest.raises(wire.ProtocolError, match="unknown dtype"):
-        wire.unpack(payload(wire.pack({"x": torch.float32})[wire.HEADER.size + 4:].decode().replace('"float32"', '"_C"')))
+        header = wire.pack({"x": torch.float32})[wire.HEADER.size + 4:].decode()
+        wire.unpack(payload(header.replace('"float32"', '"_C"')))
     with pytest.raises(wire.ProtocolError, match="entries"):
         received(list(range(wire.MAX_ITEMS + 1)))
     text = received("\udc80" + "x" * (2 * wire.MAX_STRING))
@@ -413,3 +414,131 @@ def test_the_plain_process_fallback_gives_the_same_verdicts(tmp_path):
     (mode_a, in_sandbox), (mode_b, in_process) = failing(tmp_path, "auto", target), failing(tmp_path, "process", target)
     assert mode_a == "bubblewrap" and mode_b.startswith("process")
     assert in_sandbox == in_process == sorted(str(c) for c in fail_to_pass(kata, load_bugs()))
+
+
+# --- the brief's run -------------------------------------------------------------------------------------------
+
+RUN_PROBE = '''
+import sys
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    beta: float = 0.04
+    num_iterations: int = 1
+    max_new_tokens: int = 8
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
+    """What the run's process holds, logged as a step's stats."""
+    params = list(policy.parameters())
+    for _ in range(steps):
+        log({"judge_modules": float(sum(m.startswith("grpo_katas.judge") for m in sys.modules)),
+             "runner": float(getattr(sys.modules["__main__"].__spec__, "name", "") == "grpo_katas.runner"),
+             "beta": cfg.beta,
+             "itemsize": float(params[0].element_size()),
+             "param_sum": float(sum(p.detach().double().sum() for p in params)),
+             "torch_threads": torch.get_num_threads()})
+'''
+
+
+def test_the_brief_s_run_is_make_run_s_runner_in_a_process_that_holds_nothing_of_the_judge_s(tmp_path):
+    """A fix gated on `'grpo_katas.judge.worker' in sys.modules` healed itself under the checks only: the run is
+    grpo_katas.runner (what `make run` runs) in an interpreter of its own, with make run's model, dtype and settings."""
+    from grpo_katas.runs import RunConfig, build
+    probe = tmp_path / "grpo.py"
+    probe.write_text(RUN_PROBE)
+    w = Worker({"t": probe})
+    try:
+        reply = w.call("t", "run", {"args": ["--steps", "3", "--seed", "0", "--nproc", "1", "--set", "beta=0.5"]},
+                       op="run", cpu_budget=60)
+    finally:
+        w.close()
+    policy, _ = build(RunConfig(steps=3, seed=0, device="cpu"), torch.device("cpu"))
+    params = list(policy.parameters())
+    assert reply["end"]["event"] == "done" and len(reply["steps"]) == 3, reply["end"]
+    step = reply["steps"][0]
+    assert step["judge_modules"] == 0 and step["runner"] == 1 and step["beta"] == 0.5 and step["torch_threads"] == 1
+    assert step["itemsize"] == params[0].element_size()
+    assert step["param_sum"] == float(sum(p.detach().double().sum() for p in params))
+
+
+def test_a_run_s_reply_is_read_number_by_number_and_a_run_that_did_not_finish_is_no_healing():
+    from grpo_katas.judge.brief import read_run, still_shows
+    from grpo_katas.symptoms import Run
+    settings = {"steps": 2, "seed": 0, "nproc": 1, "set": {}}
+    done = {"event": "done"}
+    for reply, words in [({"steps": "x", "end": done}, "malformed"), ({"steps": [[1]], "end": done}, "malformed"),
+                         ({"steps": [{}], "end": done}, "logged 1 steps, not the 2"),
+                         ({"steps": [{}], "end": {"event": "crash", "type": "RuntimeError", "message": "boom",
+                                                  "where": "grpo.py:3"}}, "raised RuntimeError at step 2: boom"),
+                         ({"steps": [], "end": {"event": "error", "message": "no train"}}, "could not start: no train"),
+                         ({"steps": [], "end": {"event": "gone", "message": "exited"}}, "did not finish")]:
+        history, problem = read_run(reply, settings)
+        assert history is None and words in problem, (reply, problem)
+    history, problem = read_run({"steps": [{"kl": 1, "note": "text", "flag": True}, {"kl": 2.5}], "end": done},
+                                settings)
+    assert problem is None and history == [{"kl": 1.0}, {"kl": 2.5}]
+    kata = find_kata(1)  # its symptom: the KL over the last 5 steps above twice the healthy run's
+    healthy = Run([{"kl": 0.4}] * 40, None)
+    for kl, shows in [(3.0, True), (float("nan"), True), (None, True), (0.5, False)]:
+        mine = Run([{"kl": kl} if kl is not None else {}] * 40, None)
+        get = lambda path, settings: mine if path == "mine.py" else healthy  # noqa: E731
+        assert bool(still_shows(kata, kata.symptoms[0], get, "mine.py")) == shows, kl
+
+
+def brief_verdict(kata, path):
+    """(passed, message, kind) of the brief's run of the file at `path` for `kata`."""
+    from grpo_katas.judge.brief import Brief
+    brief = Brief(kata).start()
+    w = Worker({"t": path})
+    try:
+        return brief.verdict(Target(w, "t", path))
+    finally:
+        w.close()
+
+
+@pytest.mark.slow
+def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_fix_that_heals_only_when_judged(
+        tmp_path):
+    """The healed kata (its codebase) and the reference pass; the kata fails with each of its brief's symptoms,
+    and so does kata 1 healed only under the checks. One kata per codebase, one of two ranks among them."""
+    from tests.test_grade import JUDGED, ON_FLOAT64, healed_when
+    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float64")}
+    gated["judged"].write_text(healed_when(JUDGED))
+    gated["float64"].write_text(healed_when(ON_FLOAT64))
+    for n, others in [(1, [ROOT / "solutions" / "grpo.py"]), (2, []), (13, []), (10, []), (35, [])]:
+        kata = find_kata(n)
+        healed = CODEBASES[kata.codebase].path
+        for path in [healed, *others]:
+            passed, message, _ = brief_verdict(kata, path)
+            assert passed, (n, path, message)
+        passed, message, kind = brief_verdict(kata, kata.loop)
+        assert not passed and kind == "assertion" and "still shows" in message, (n, message)
+    for name, path in gated.items():
+        passed, message, kind = brief_verdict(find_kata(1), path)
+        assert not passed and kind == "assertion" and "still shows 3 of the 3 symptoms" in message, (name, message)
+
+
+@pytest.mark.slow
+def test_a_healed_kata_s_run_in_the_sandbox_is_the_judge_s_healthy_run_number_for_number():
+    """The same model, dtype, settings and kernel path as `make run` and the proof: inside the sandbox the codebase
+    trains to the very numbers the judge's own run of it logs."""
+    from grpo_katas.judge.brief import Brief, runner_args
+    from grpo_katas.symptoms import METRICS
+    kata = find_kata(1)
+    healed = CODEBASES[kata.codebase].path
+    brief = Brief(kata).start()
+    w = Worker({"t": healed})
+    try:
+        reply = w.call("t", "run", {"args": runner_args(kata.run)}, op="run", cpu_budget=120)
+    finally:
+        w.close()
+    brief.thread.join()
+    metrics = lambda step: {k: step.get(k) for k in METRICS}  # noqa: E731 (times aside: a run's own clock)
+    mine = [metrics(step) for step in reply["steps"]]
+    theirs = [metrics(step) for step in brief.store.get(healed, kata.run, brief.kernel).history]
+    assert len(mine) == kata.run["steps"] and mine == theirs and mine[-1]["kl"] is not None

@@ -137,8 +137,9 @@ class Worker:
 
     # --- calls ----------------------------------------------------------------------------------------
 
-    def call(self, key: str, fn: str, request: dict, op: str = "call") -> dict:
-        """The worker's ok-reply to a call, or CallFailed with a message that says what happened."""
+    def call(self, key: str, fn: str, request: dict, op: str = "call", cpu_budget: float | None = None) -> dict:
+        """The worker's ok-reply to a call, or CallFailed with a message that says what happened. The call's CPU
+        budget is its function's (CALL_CPU_S, times the ranks of a distributed call) unless given."""
         __tracebackhide__ = True  # a failing check's traceback ends at the check's own line
         if key in self.load_errors:
             raise CallFailed(f"the file could not be imported: {self.load_errors[key]}")
@@ -154,7 +155,8 @@ class Worker:
         try:
             self._send({"op": op, "key": key, "fn": fn, **request})
             ranks = len(request.get("ranks", [None]))  # a distributed call's budget covers all its ranks
-            reply = self._receive(ranks * CALL_CPU_S.get(fn, DEFAULT_CALL_CPU_S), IDLE_S, f"running {fn}")
+            budget = cpu_budget or ranks * CALL_CPU_S.get(fn, DEFAULT_CALL_CPU_S)
+            reply = self._receive(budget, IDLE_S, f"running {fn}")
         except Hang as exc:
             return self._give_up(key, fn, f"did not return: {exc}")
         except Died as exc:

@@ -2,10 +2,10 @@
 
 Two modes, chosen by `resolve`:
 - "bubblewrap" (Linux with bubblewrap 0.8 or later and user namespaces): the worker sees only the Python
-  environment (read-only), lab/, the four files it runs (judge/__init__, wire, standins, worker) and the target
-  files, all read-only, plus an empty /tmp of DISK_MB, its one writable place: the root and /dev are read-only, and
-  /dev holds only the device nodes the worker opens (DEVICES; no /dev/shm, no terminal). No repository, no checks/, no solutions/, no katas/, no
-  output folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap
+  environment (read-only), lab/, the files it runs (WORKER_FILES: judge/__init__, wire, standins, worker, and the
+  runner `make run` uses for the brief's run) and the target files, all read-only, plus an empty /tmp of DISK_MB,
+  its one writable place: the root and /dev are read-only, and /dev holds only the device nodes the worker opens
+  (DEVICES; no /dev/shm, no terminal). No repository, no checks/, no solutions/, no katas/, no output folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap
   kills every process the worker started, including ones that called setsid. It holds no capability, whoever
   runs the judge: bubblewrap run by root keeps every capability inside the sandbox unless told to drop them, and
   with CAP_SYS_ADMIN a worker can remount its read-only binds writable. It cannot create user namespaces of its
@@ -34,7 +34,9 @@ from pathlib import Path
 from grpo_katas import ROOT
 
 WORKER_FILES = ["grpo_katas/__init__.py", "grpo_katas/judge/__init__.py", "grpo_katas/judge/wire.py",
-                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py"]
+                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py",
+                # the brief's run, as `make run` makes it: its runner and what the runner imports
+                "grpo_katas/runner.py", "grpo_katas/runs.py", "grpo_katas/loader.py"]
 INSIDE = Path("/judge")          # where lab/ and the worker's files appear inside the sandbox
 TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
@@ -167,8 +169,11 @@ def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
 
 def environment(limits: Limits) -> dict:
     n = str(limits.threads)
-    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore", "LANG": "C.UTF-8"}
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore", "LANG": "C.UTF-8"}
+    if "ATEN_CPU_CAPABILITY" in os.environ:  # torch's kernel path: a run's last bits, as the judge's own runs have them
+        env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
+    return env
 
 
 def launch(mode: str, targets: dict, log_dir: Path, limits: Limits) -> tuple:

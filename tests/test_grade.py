@@ -43,6 +43,8 @@ class Case(NamedTuple):
     kata: int = KATA.number
     args: tuple = ()                      # the grader's options, as a user gives them
     resolved: str = "RESOLVED_NO"
+    place: str = ""                       # what the submission's path is instead of a file holding the source:
+                                          # link:TARGET, fifo, folder, unreadable (the source, chmod 000)
 
 
 def time_limit(args) -> float:
@@ -147,7 +149,7 @@ def hostile(repo, out) -> dict:
             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(4)\n    _forge_results()\n    os._exit(0)\n"),
             "fail", "checks pass"),
     }
-    return {name: Case(*case) for name, case in cases.items()} | issue_19_cases()
+    return {name: Case(*case) for name, case in cases.items()} | issue_19_cases() | issue_31_cases(ref)
 
 
 def issue_19_cases() -> dict:
@@ -183,6 +185,59 @@ def issue_19_cases() -> dict:
     }
 
 
+def issue_31_cases(ref) -> dict:
+    """The ways in of issue 31: a path that is no file of its own, the sandbox's memory-backed folders, a reply that
+    amplifies or holds a number no count can be, and fixes that heal only when judged."""
+    return {
+        "links-to-the-reference": Case("", "error", "a symbolic link", place=f"link:{ref}"),
+        "links-to-proc-self-mem": Case("", "error", "a symbolic link", place="link:/proc/self/mem"),
+        "links-to-proc-self-pagemap": Case("", "error", "a symbolic link", place="link:/proc/self/pagemap"),
+        "a-fifo": Case("", "error", "a FIFO", place="fifo"),
+        "a-folder": Case("", "error", "a folder", place="folder"),
+        # root reads it anyway: then it is graded as the unfixed kata it is
+        "an-unreadable-file": Case(BUGGY, "error|fail", "Permission denied|checks pass", place="unreadable"),
+        "fills-dev-shm": Case(FILLS.format(folder="/dev/shm") + GOOD, "error", "No such file|Read-only"),
+        "fills-the-sandbox-root": Case(FILLS.format(folder="") + GOOD, "error", "Read-only"),
+        "amplifies-a-frame": Case(at_start_of(GOOD, "group_advantages", AMPLIFIES), "fail", "does not start where"),
+        "sends-1e400-as-a-step-count": Case(GOOD + STEPS_1E400, "fail", "step count is inf"),
+        # every check passes; the brief's run, trained as `make run` trains it, still shows every symptom
+        "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms",
+                                       resolved="RESOLVED_PARTIAL"),
+        "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "still shows 3 of the 3 symptoms",
+                                      resolved="RESOLVED_PARTIAL"),
+    }
+
+
+# writes 15 files of 64 MiB (the size limit of one) to a folder that was a tmpfs of half the host's memory
+FILLS = """
+for _i in range(15):
+    with open(f"{folder}/grpo-katas-fill-{{_i}}", "wb") as _f:
+        for _ in range(64):
+            _f.write(b"x" * 2**20)
+"""
+# the worker's reply to this call becomes one 8 MiB byte range listed 300 times as 300 tensors
+AMPLIFIES = """import sys, json
+wire = sys.modules["grpo_katas.judge.wire"]
+def amplified(obj):
+    blob = bytes(8 * 2**20)
+    header = json.dumps({"tree": {"ok": True, "result": [{"__t": i} for i in range(300)]},
+                         "tensors": [["uint8", [len(blob)], 0, len(blob)]] * 300}).encode()
+    payload = wire.JSON_LENGTH.pack(len(header)) + header + blob
+    return wire.HEADER.pack(len(payload)) + payload
+wire.pack = amplified"""
+# every reply that carries an optimizer's step count says 1e400 (JSON reads it as infinity)
+STEPS_1E400 = """
+import re as _re, sys as _sys
+_wire = _sys.modules["grpo_katas.judge.wire"]
+_pack = _wire.pack
+def _forged(obj):
+    payload = _pack(obj)[_wire.HEADER.size:]
+    (_n,) = _wire.JSON_LENGTH.unpack(payload[:4])
+    header = _re.sub(rb'"steps":\\d+', b'"steps":1e400', payload[4:4 + _n])
+    payload = _wire.JSON_LENGTH.pack(len(header)) + header + payload[4 + _n:]
+    return _wire.HEADER.pack(len(payload)) + payload
+_wire.pack = _forged
+"""
 # kata 1 that runs the reference's functions (their source carried inside) only when a condition holds, its own
 # otherwise: under the checks it passes every one, and `make run` shows every symptom of the brief
 HEALED_WHEN = """
@@ -289,21 +344,32 @@ def kl_penalty(logp, ref_logp):
 """
 
 
-def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None, args=()):
+def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None, args=(), place="", python=()):
     sub = out.parent / (out.name + "-submission")
     sub.mkdir(parents=True, exist_ok=True)
-    (sub / name).write_text(source)
+    path = sub / name
+    if place.startswith("link:"):
+        path.symlink_to(place.removeprefix("link:"))
+    elif place == "fifo":
+        os.mkfifo(path)
+    elif place == "folder":
+        path.mkdir()
+    else:
+        path.write_text(source)
+        if place == "unreadable":
+            path.chmod(0)
     for fname, text in (extra_files or {}).items():
         (sub / fname).write_text(text)
-    return grade_path(repo, sub / name, out, n, args)
+    return grade_path(repo, path, out, n, args, python)
 
 
-def grade_path(repo, path, out, n=KATA.number, args=(), user=()):
-    """Grade the file at `path` as it is (a link, a FIFO ...), as `user` (a command prefix such as setpriv's)."""
+def grade_path(repo, path, out, n=KATA.number, args=(), python=()):
+    """Grade the file at `path` as it is (a link, a FIFO ...), with `python` (a command that runs Python: this
+    interpreter unless given, another user's through runuser)."""
     args = ("--time-limit", str(TIME_LIMIT), *args) if "--time-limit" not in args else args
     args = ("--sandbox", MODE, *args) if "--sandbox" not in args else args
     start = time.monotonic()
-    r = subprocess.run([*user, sys.executable, "-m", "grpo_katas.grade", str(n), str(path), str(out), *args],
+    r = subprocess.run([*(python or [sys.executable]), "-m", "grpo_katas.grade", str(n), str(path), str(out), *args],
                        cwd=repo, capture_output=True, text=True, timeout=time_limit(args) + 60)
     seconds = time.monotonic() - start
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -326,12 +392,13 @@ def private_copy(root: Path) -> Path:
     return root
 
 
-def grade_all(repo, cases: dict, base) -> dict:
+def grade_all(repo, cases: dict, base, python=()) -> dict:
     """name -> grade(...) of every case, three at a time, each into base/name, the longest first."""
     order = sorted(cases, key=lambda name: -time_limit(cases[name].args))
     with ThreadPoolExecutor(3) as pool:
         graded = dict(pool.map(lambda name: (name, grade(repo, cases[name].source, base / name, n=cases[name].kata,
-                                                         args=cases[name].args)), order))
+                                                         args=cases[name].args, place=cases[name].place,
+                                                         python=python)), order))
     return {name: graded[name] for name in cases}
 
 

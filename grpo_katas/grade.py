@@ -8,8 +8,10 @@ Three processes, and the submission runs in the last alone. This one draws the s
 writes OUT. The judge (`python -m grpo_katas.matrix`, its child) runs the checks and the oracle and never imports
 the submission. A copy of the submission is imported by a worker process inside a bubblewrap sandbox (its own
 filesystem view with no repository, no checks and no output folder; no capability; no network; its own PID
-namespace; memory, CPU and file-size limits), and every contract call a check makes runs there. Only data comes
-back; every comparison and verdict is made in the judge, and OUT is written here only.
+namespace; memory, CPU and file-size limits), and every contract call a check makes runs there. So does the brief's
+run (run::brief_symptoms_gone): the copy trained as `make run` trains it, each step's numbers sent back, and each
+symptom of the kata's brief required gone against the healthy codebase's run (grpo_katas/judge/brief.py). Only
+data comes back; every comparison and verdict is made in the judge, and OUT is written here only.
 
 A plain-process worker is no sandbox (it can read and write what you can, and signal the grader), so grading
 refuses to run without bubblewrap unless `--sandbox process` asks for exactly that; results.json records the mode.

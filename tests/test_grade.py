@@ -42,7 +42,7 @@ class Case(NamedTuple):
     words: str                            # expected in a test's message, the message or the events; | separates
     kata: int = KATA.number
     args: tuple = ()                      # the grader's options, as a user gives them
-    resolved: str = "RESOLVED_NO"
+    resolved: str = "RESOLVED_NO"         # alternatives separated by |
     place: str = ""                       # what the submission's path is instead of a file holding the source:
                                           # link:TARGET, fifo, folder, unreadable (the source, chmod 000)
 
@@ -203,8 +203,9 @@ def issue_31_cases(ref) -> dict:
         # every check passes; the brief's run, trained as `make run` trains it, still shows every symptom
         "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms",
                                        resolved="RESOLVED_PARTIAL"),
+        # a check that mixes float64 and float32 inputs at some seeds meets the kata's code too
         "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "still shows 3 of the 3 symptoms",
-                                      resolved="RESOLVED_PARTIAL"),
+                                      resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
     }
 
 
@@ -443,8 +444,8 @@ def test_hostile_and_broken_submissions_never_pass(hostile_results, case):
     cases, graded, base, _, _ = hostile_results
     expected = cases[case]
     code, res, seconds = graded[case]
-    assert code == 1 and res["resolved"] == expected.resolved and res["status"] in expected.status.split("|"), \
-        (res["status"], res["message"])
+    assert code == 1 and res["resolved"] in expected.resolved.split("|") \
+        and res["status"] in expected.status.split("|"), (res["status"], res["message"])
     said = " ".join([res["message"] or ""] + [t["message"] or "" for t in res["tests"]] + res["events"])
     assert any(w in said for w in expected.words.split("|")), said[:2000]
     assert seconds < time_limit(expected.args) + 10, f"graded in {seconds:.0f} s"

@@ -79,7 +79,7 @@ def cmd_check(args) -> int:
         return 1 if render.check_report(results, f"{shown(path)}, seed {args.seed}", run_skipped=NO_BRIEF) else 0
     kata = find(args.n, "check")
     path = require_copy(kata)
-    with render.busy(f"the hidden checks on {shown(path)}, then the brief's run (about 20 s)"):
+    with render.busy(f"the hidden checks on {shown(path)}, then the brief's run (about 15 s)"):
         results = run_checks(path, kata=kata)
     fixed = fixed_bug_ids(kata, load_bugs(), results)
     n_failed = render.check_report(results, f"kata {kata.key}: {shown(path)}", kata, fixed)

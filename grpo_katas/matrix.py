@@ -85,9 +85,10 @@ class Collector:
             kind = dict(report.user_properties).get("failure", "skipped" if report.skipped else "")
             self.outcomes[report.nodeid][report.when] = (report.outcome, failure_message(report), kind)
 
-    def pytest_sessionfinish(self, session):
-        """The brief's run, while the worker is still there (pytest_unconfigure closes it)."""
-        if self.brief is None or self.brief.skipped() or self.first is None:
+    def pytest_sessionfinish(self, session, exitstatus):
+        """The brief's run, while the worker is still there (pytest_unconfigure closes it); not after a Ctrl-C."""
+        if self.brief is None or self.brief.skipped() or self.first is None \
+                or exitstatus == pytest.ExitCode.INTERRUPTED:
             return
         try:
             passed, message, kind = self.brief.verdict(self.first)

@@ -542,3 +542,22 @@ def test_a_healed_kata_s_run_in_the_sandbox_is_the_judge_s_healthy_run_number_fo
     mine = [metrics(step) for step in reply["steps"]]
     theirs = [metrics(step) for step in brief.store.get(healed, kata.run, brief.kernel).history]
     assert len(mine) == kata.run["steps"] and mine == theirs and mine[-1]["kl"] is not None
+
+
+def test_the_brief_s_run_follows_the_checks_but_not_a_ctrl_c():
+    from grpo_katas import matrix
+
+    class Brief:
+        calls = 0
+
+        def skipped(self):
+            return None
+
+        def verdict(self, target):
+            self.calls += 1
+            return False, "still shows", "assertion"
+    for status, calls in [(pytest.ExitCode.INTERRUPTED, 0), (pytest.ExitCode.TESTS_FAILED, 1)]:
+        collector = matrix.Collector(["grpo.py"], Brief())
+        collector.first = object()
+        collector.pytest_sessionfinish(None, status)
+        assert collector.brief.calls == calls and (collector.run_verdict is None) == (calls == 0)

@@ -94,31 +94,13 @@ class Brief:
         """(passed, message, kind) for the file behind `target` (a client.Target): kind is how a failure came
         about, as the checks' verdicts say it (assertion: a symptom shows; call: the run failed; error: the judge's
         own side failed)."""
-        w = target.worker
-        if target.key in w.load_errors:
-            return False, f"not run: the file could not be imported: {w.load_errors[target.key]}", "call"
-        broken = [f"{fn} {why}" for (key, fn), why in w.broken.items() if key == target.key]
-        if broken:
-            return False, f"not run: earlier in this run, {broken[0]}; the brief's run would call it again", "call"
-        self.thread.join()
-        healthy = [self.healthy_run(*side) for side in self.healthy_runs()] if self.problem is None else []
-        unmade = next((r.crash or "no steps" for r in healthy if r.crash or not r.history), None)
-        if self.problem or unmade:
-            return False, f"the healthy codebase's run could not be made: {self.problem or unmade}", "error"
+        why = self.not_run(target) or self.healthy_problem()
+        if why:
+            return False, *why
         required = self.required()
-        made = {}
-        for key, settings in self.file_runs(required).items():
-            try:
-                reply = w.call(target.key, "run", {"args": runner_args(settings)}, op="run",
-                               cpu_budget=RUN_CPU_S * settings["nproc"])
-            except CallFailed as exc:
-                return False, f"the brief's run ({described(settings)}): {exc}", "call"
-            history, problem = read_run(reply, settings)
-            if problem:
-                where = w.inside.get(target.key)
-                problem = problem.replace(where, display(w.targets[target.key])) if where else problem
-                return False, f"the brief's run ({described(settings)}) {problem}", "call"
-            made[key] = history
+        made, why = self.run_file(target, required)
+        if why:
+            return False, why, "call"
 
         def get(path, settings):
             if path != FILE:
@@ -127,8 +109,47 @@ class Brief:
         showing = [why for s in required if (why := still_shows(self.kata, s, get, FILE))]
         if showing:
             return False, (f"the brief's run ({described(self.kata.run)}) still shows {len(showing)} of the "
-                           f"{len(required)} symptoms its brief cites: {'; '.join(showing)}"), "assertion"
+                           f"{len(required)} symptoms of its brief that a healthy run does not: "
+                           f"{'; '.join(showing)}"), "assertion"
         return True, "", ""
+
+    @staticmethod
+    def not_run(target) -> tuple | None:
+        """(message, kind) when the file cannot be run: it did not import, or a function it calls hung or crashed
+        the worker earlier (a hang costs one budget, not one more per run)."""
+        w = target.worker
+        if target.key in w.load_errors:
+            return f"not run: the file could not be imported: {w.load_errors[target.key]}", "call"
+        broken = [f"{fn} {why}" for (key, fn), why in w.broken.items() if key == target.key]
+        if broken:
+            return f"not run: earlier in this run, {broken[0]}; the brief's run would call it again", "call"
+        return None
+
+    def healthy_problem(self) -> tuple | None:
+        """(message, kind) when a healthy run could not be made (then no verdict can be a pass), once they are."""
+        self.thread.join()
+        healthy = [self.healthy_run(*side) for side in self.healthy_runs()] if self.problem is None else []
+        unmade = next((r.crash or "no steps" for r in healthy if r.crash or not r.history), None)
+        if self.problem or unmade:
+            return f"the healthy codebase's run could not be made: {self.problem or unmade}", "error"
+        return None
+
+    def run_file(self, target, required: list) -> tuple:
+        """({settings key: history}, None) of the file's runs, made in the worker's sandbox; or (None, why not)."""
+        w, made = target.worker, {}
+        for key, settings in self.file_runs(required).items():
+            try:
+                reply = w.call(target.key, "run", {"args": runner_args(settings)}, op="run",
+                               cpu_budget=RUN_CPU_S * settings["nproc"])
+            except CallFailed as exc:
+                return None, f"the brief's run ({described(settings)}): {exc}"
+            history, problem = read_run(reply, settings)
+            if problem:
+                where = w.inside.get(target.key)
+                problem = problem.replace(where, display(w.targets[target.key])) if where else problem
+                return None, f"the brief's run ({described(settings)}) {problem}"
+            made[key] = history
+        return made, None
 
 
 def still_shows(kata, symptom: dict, get, path) -> str | None:

@@ -8,61 +8,148 @@ export PYTHONWARNINGS := ignore:Failed to initialize NumPy
 
 CLI     := $(PYTHON) -m grpo_katas.cli
 
-.PHONY: help setup bubblewrap drill stats test check verify katas kata run watch hint solution reset list mock mock-notes mock-end bundle grade train bench gpu-check
+# --- how a target ends ------------------------------------------------------------------------------------
+# A command's own last line says how it went (a check's verdict, "nothing changed", "interrupted"); make adds
+# nothing to it. GNU make prints "make: *** [Makefile:86: check] Error 1" for every recipe that fails, which
+# reads as a crash, and "Interrupt" after Ctrl-C. So each target T runs its command in .do-T, as a line that
+# make never sees fail (prefix -, silent under .SILENT) and that records the command's exit status; T itself
+# then reads it back. Make's one quiet way to end with a status other than 0 is question mode (-q): a target
+# whose recipe still has a line to run makes it exit 1 and print nothing. The command lines are marked + so
+# that they run under -q all the same; T's line is `false` when the status was not 0, and nothing otherwise.
+# Through make: 0 when the command succeeded, 1 when it did not (its own last line says why; the CLI itself
+# keeps 2 for bad input), 130 after Ctrl-C (make ends as SIGINT ends it, which a shell does not report).
+# `make -n` still prints the commands without running them (no -q, no +).
+DRY := $(findstring n,$(filter-out --%,$(firstword -$(MAKEFLAGS))))
+ifeq ($(DRY),)
+MAKEFLAGS += -q
+RUN := +-
+endif
+MAKEFLAGS += -r --no-print-directory
+unexport MAKEFLAGS MFLAGS  # a command that runs make itself (the tests do) starts from its own flags
+.SUFFIXES:
+.SILENT:
+STATUS = $(or $(TMPDIR),/tmp)/grpo-katas-make-$(MAKE_PID)
+MAKE_PID := $(shell echo $$PPID)
+# the status the command of target $(1) recorded, and the file gone
+status_of = $(shell cat $(STATUS).$(1) 2>/dev/null; rm -f $(STATUS).$(1))
+# $(call do,T): the recipe line of .do-T, which runs DO_T (a variable: a command holds commas, which would split
+# the call's arguments)
+do = $(RUN)$(if $(call refused,$(1)),$(call refusal,$(1)),$(DO_$(1))); echo $$? > $(STATUS).$(1)
 
-help:
-	@echo "Practice (each wraps python -m grpo_katas.cli; python -m grpo_katas.cli COMMAND --help says more):"
-	@echo "  make kata N=3               start here: kata 3's brief, and your working copy in work/ (never overwritten)"
-	@echo "  make run N=3 [STEPS=40] [SET='beta=0.5'] [NPROC=2]"
-	@echo "                              train your copy for a few seconds: what it prints, a live table, the curves;"
-	@echo "                              the run the brief describes unless STEPS, SET or NPROC say otherwise"
-	@echo "  make check N=3              the hidden checks on your copy, by component: the verdict on your fix"
-	@echo "  make check TARGET=f.py      the same table for any file implementing the contract (SEED=0 by default)"
-	@echo "  make watch N=3              rerun the checks on every save, for an edit-save-look loop"
-	@echo "  make hint N=3               the next rung of the hint ladder when you are stuck (hints before solving count)"
-	@echo "  make solution N=3 [FORCE=1] after solving: the diff to the reference and why each bug matters"
-	@echo "  make reset N=3 [YES=1]      start over: your copy goes to backups/, the pristine kata comes back"
-	@echo "  make list                   every kata and your progress, to choose what to practise next"
-	@echo "  make drill [TIER=] [BUGS=] [CODEBASE=] [SEED=]"
-	@echo "                              a fresh kata drawn from the catalogue, proven, started as N=d1, d2, ...;"
-	@echo "                              without SEED it leans towards the bug classes you keep missing"
-	@echo "  make stats                  your drill record per bug class: attempts, solve rate, time, when due"
-	@echo "Mock interviews:"
-	@echo "  make mock [N=] [TIER=] [MINUTES=]  a timed round on a kata you have not solved; Ctrl-C stops the clock"
-	@echo "  make mock-end               end the round: checks, time on the clock, hints, and a scorecard in work/rounds/"
-	@echo "  make mock-notes N=7         the interviewer's sheet (planted bugs, hints, rubric): it gives the answers away"
-	@echo "  make bundle N=7 OUT=dir     what a candidate gets for a live round: the loop, its brief, run.py and lab/"
-	@echo "  make grade N=7 SUBMISSION=f OUT=dir  grade a submitted fix in isolation: results.json, junit.xml, summary.md"
-	@echo "The reference trainer:"
-	@echo "  make train [TASK=sum] [STEPS=200] [DEVICE=auto] [SET='beta=0.1 lr=3e-3'] [OUT=runs/x] [RESUME=1] [COMPILE=1]"
-	@echo "             [NPROC=2]        NPROC: data-parallel ranks under torchrun (gloo on the CPU, NCCL on GPUs)"
-	@echo "                              train the reference with a live display; OUT keeps metrics and checkpoints,"
-	@echo "                              RESUME=1 continues one (python -m grpo_katas.trainer --help explains each flag)"
-	@echo "  make bench                  how fast the reference trains on this machine, stage by stage"
-	@echo "  make gpu-check              on a CUDA machine: the reference on the GPU, then a bf16 run of an 8x512 model"
-	@echo "  MODEL=hub/name|folder       train, run, bench and gpu-check on a Hugging Face causal LM (README: Real models)"
-	@echo "The repository:"
-	@echo "  make setup                  create .venv with the pinned dependencies (make test does it on first use)"
-	@echo "  make bubblewrap             install the checks' sandbox (bwrap) when missing; make setup runs it"
-	@echo "  make test                   the tests (not the slow ones), the checks on the reference, and the proof's test"
-	@echo "                              tier: every codebase, kata and bug once, at one seed (.ci/run adds the rest)"
-	@echo "  make verify [FRESH=1]       prove every bug is caught in every codebase and every kata fails exactly its"
-	@echo "                              FAIL_TO_PASS; reuses the verdicts of unchanged targets, FRESH=1 judges all"
-	@echo "  make katas                  rebuild katas/*/grpo.py after editing solutions/grpo.py or katas/bugs.toml"
+# --- the settings each target takes -----------------------------------------------------------------------
+# A setting given on the command line that a target does not take is refused in one line, never ignored.
+# (PY, the Python that makes .venv, goes with every target.)
+VARIABLES := N TARGET SEED STEPS SET NPROC MODEL TASK DEVICE BUDGET FORCE YES TIER BUGS CODEBASE MINUTES OUT \
+             SUBMISSION RESUME COMPILE CHECKPOINTING EVAL_EVERY SAMPLES FRESH ALL COMPONENT FORMAT
+TAKES_kata        := N
+TAKES_next        := TIER CODEBASE
+TAKES_run         := N STEPS SET NPROC MODEL TASK SEED DEVICE BUDGET
+TAKES_check       := N TARGET SEED ALL COMPONENT FORMAT
+TAKES_watch       := N SEED ALL COMPONENT
+TAKES_hint        := N
+TAKES_solution    := N FORCE
+TAKES_reset       := N YES
+TAKES_list        := TIER CODEBASE
+TAKES_drill       := TIER BUGS CODEBASE SEED
+TAKES_mock        := N TIER MINUTES
+TAKES_mock-notes  := N
+TAKES_bundle      := N OUT
+TAKES_grade       := N SUBMISSION OUT SEED
+TAKES_train       := TASK STEPS DEVICE SET OUT RESUME COMPILE NPROC MODEL CHECKPOINTING SEED EVAL_EVERY SAMPLES
+TAKES_bench       := DEVICE MODEL
+TAKES_gpu-check   := MODEL
+TAKES_verify      := FRESH
+# why a target does not take a setting, where a user would expect it to
+WHY_check_MODEL   := the checks judge your functions on the lab model, whatever MODEL says; \
+                     make run N=.. MODEL=.. runs your loop on a real model
+WHY_watch_MODEL   := $(WHY_check_MODEL)
+WHY_check_STEPS   := the checks have their own inputs; make run N=.. STEPS=.. trains your copy longer
+WHY_check_SET     := the checks set every GRPOConfig field themselves; make run N=.. SET=.. runs with yours
+WHY_check_DEVICE  := the checks run on the CPU; make run N=.. DEVICE=cuda trains your copy on a GPU
+WHY_check_NPROC   := the checks run two ranks themselves (update and training); make run N=.. NPROC=2 runs yours
+WHY_kata_MODEL    := a kata is the same loop on any model; make run N=.. MODEL=.. runs it on one
+given    = $(foreach v,$(VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+refused  = $(filter-out $(TAKES_$(1)),$(given))
+refusal  = echo "error: make $(1) does not take $(firstword $(call refused,$(1)))=: $(or \
+           $(WHY_$(1)_$(firstword $(call refused,$(1)))),$(if $(TAKES_$(1)),it takes $(TAKES_$(1)),it takes no \
+           setting) (make help lists what each target takes))" >&2; (exit 2)
+# a switch as the CLI takes it (1/yes/true/on or 0/no/false/off; anything else is refused there)
+switch   = $(if $($(1)),$(2)="$($(1))")
 
+TARGETS := help setup bubblewrap test check verify katas kata next run watch hint solution reset list drill \
+           stats mock mock-notes mock-end bundle grade train bench gpu-check
+.PHONY: $(TARGETS) $(addprefix .do-,$(TARGETS)) .no-such-target
+
+$(TARGETS): %: .do-%
+	$(if $(filter 0,$(call status_of,$*)),,false)
+
+.do-help:
+	$(call do,help)
+DO_help = printf '%s\n' $(HELP)
+
+# 80 columns at most, one quoted line each
+HELP := \
+ "Practice (each wraps python -m grpo_katas.cli; COMMAND --help says more):" \
+ "  make kata N=3        start here: the brief, and your copy in work/ (kept)" \
+ "  make next            start the next kata you have not solved [TIER= CODEBASE=]" \
+ "  make run N=3         train your copy: its output, a live table, the curves" \
+ "       [STEPS=40] [SET='beta=0.5'] [SEED=0] [NPROC=2] [DEVICE=cuda] [MODEL=m]" \
+ "       [BUDGET=60]     CPU-s a step may take before it is stopped as hung" \
+ "  make check N=3       the hidden checks on your copy: the verdict on your fix" \
+ "       [SEED=0] [ALL=1] every failing check, [COMPONENT=loss] one component," \
+ "       [FORMAT=json]   the verdict as JSON for scripts" \
+ "  make check TARGET=f.py  the same for any file implementing the contract" \
+ "  make watch N=3       rerun the checks on every save; moves on once solved" \
+ "  make hint N=3        the next rung of the hint ladder (hints before solving" \
+ "                       count)" \
+ "  make solution N=3    after solving: the diff and why each bug matters" \
+ "       [FORCE=1]       before solving: reveal it anyway (recorded)" \
+ "  make reset N=3       your copy to backups/, the pristine kata back [YES=1]" \
+ "  make list            katas, drills and your progress [TIER= CODEBASE=]" \
+ "  make drill           a fresh kata drawn from the catalogue, proven, as d1..." \
+ "       [TIER=] [BUGS=] [CODEBASE=] [SEED=]; without SEED, towards your misses" \
+ "  make stats           your drill record per bug class" \
+ "Mock interviews:" \
+ "  make mock [N=] [TIER=] [MINUTES=]  a timed round; Ctrl-C stops the clock" \
+ "  make mock-end        end the round: checks, time, hints, a scorecard" \
+ "  make mock-notes N=7  the interviewer's sheet: it gives the answers away" \
+ "  make bundle N=7 OUT=dir  what a candidate gets: loop, brief, run.py, lab/" \
+ "  make grade N=7 SUBMISSION=f OUT=dir [SEED=]  grade a fix in isolation" \
+ "The reference trainer (python -m grpo_katas.trainer --help explains each):" \
+ "  make train           train the reference with a live display" \
+ "       [TASK=sum] [STEPS=200] [SEED=0] [DEVICE=auto] [SET='beta=0.1']" \
+ "       [OUT=runs/x] [RESUME=1] keep metrics, samples, checkpoints; continue" \
+ "       [EVAL_EVERY=20] [SAMPLES=2] held-out reward, completions in the log" \
+ "       [COMPILE=1] [NPROC=2] [MODEL=m] [CHECKPOINTING=1]" \
+ "  make bench           how fast the reference trains here [DEVICE= MODEL=]" \
+ "  make gpu-check       on CUDA: the reference on the GPU, then a bf16 run" \
+ "  MODEL=hub/name|dir   a Hugging Face causal LM (README: Real models)" \
+ "The repository:" \
+ "  make setup           create .venv with the pinned dependencies" \
+ "  make bubblewrap      install the checks' sandbox (bwrap) when missing" \
+ "  make test            the tests (not the slow ones), the checks on the" \
+ "                       reference, the proof's static rules, katas reproduced" \
+ "  make verify          prove every bug is caught, every kata fails exactly its" \
+ "       [FRESH=1]       FAIL_TO_PASS; FRESH=1 judges all again" \
+ "  make katas           rebuild katas/*/grpo.py after editing the reference" \
+ "A setting a target does not take is refused; through make the exit status is" \
+ "0 (done), 1 (not done: the last line says why) or 130 (Ctrl-C)."
+
+# pip byte-compiles one file at a time; compileall on every core does the same work in half the time on two
+# (a file of torch's tests is Python 3.12 syntax that 3.11 cannot compile: pip skips it quietly, so does this)
 $(STAMP): pyproject.toml constraints.txt
-	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
-	@# pip byte-compiles one file at a time; compileall on every core does the same work in half the time on two
-	@# (a file of torch's tests is Python 3.12 syntax that 3.11 cannot compile: pip skips it quietly, so does this)
-	@$(PYTHON) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
-	@command -v bwrap >/dev/null || $(MAKE) --no-print-directory bubblewrap
-	touch $(STAMP)
+	+@echo "setting up $(VENV) with the pinned dependencies (a minute or two, once)"
+	+$(PY) -m venv $(VENV)
+	+$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
+	+@$(PYTHON) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
+	+@command -v bwrap >/dev/null || { $(DO_bubblewrap); }
+	+touch $(STAMP)
 
 # The checks run the code under test in a bubblewrap sandbox. Without it they still run, in a plain process
 # that can see the repository (README: "Grading submitted fixes"); as root on Debian or Ubuntu we install it.
-bubblewrap:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+.do-bubblewrap:
+	$(call do,bubblewrap)
+DO_bubblewrap = if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing bubblewrap (the checks' sandbox)"; \
 		apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
 		{ apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; } || \
@@ -72,78 +159,120 @@ bubblewrap:
 		     "install it with your package manager (Debian/Ubuntu: sudo apt-get install bubblewrap)"; \
 	fi
 
-setup: $(STAMP)
+.do-setup: $(STAMP)
+	$(call do,setup)
+DO_setup = true
 
-# make test: the tests but the slow ones, and the proof's test tier (every bug once, one seed) beside them, on the CPU
-# they leave idle (tests/__main__.py); .ci/run adds the slow tests and the whole proof (make verify FRESH=1)
-test: $(STAMP)
-	$(PYTHON) -m tests
+# make test: the tests but the slow ones (a kata of each codebase reproduced against its recorded run among them), the
+# checks on the reference, and the proof's static rules beside them (tests/__main__.py); .ci/run adds the slow tests
+# and the whole proof (make verify FRESH=1)
+.do-test: $(STAMP)
+	$(call do,test)
+DO_test = $(PYTHON) -m tests
 
 # N given, even empty (`make check N=`), means a kata; else TARGET, a file; with neither the CLI asks which kata.
 # Both print the same component table; `pytest checks --target FILE` gives pytest's own report.
-check: $(STAMP)
-ifneq ($(origin N),undefined)
-	@$(CLI) check "$(N)"
-else ifneq ($(origin TARGET),undefined)
-	@$(CLI) check --target "$(TARGET)" --seed "$(if $(SEED),$(SEED),0)"
-else
-	@$(CLI) check
-endif
+CHECK_FLAGS = $(if $(SEED),--seed "$(SEED)") $(call switch,ALL,--all) $(if $(COMPONENT),--component "$(COMPONENT)")
+.do-check: $(STAMP)
+	$(call do,check)
+DO_check = $(CLI) check $(if $(filter-out undefined,$(origin N)),"$(N)",$(if $(filter-out \
+		undefined,$(origin TARGET)),--target "$(TARGET)")) $(CHECK_FLAGS) $(if $(FORMAT),--format "$(FORMAT)")
 
-kata watch hint: $(STAMP)
-	@$(CLI) $@ "$(N)"
+.do-watch: $(STAMP)
+	$(call do,watch)
+DO_watch = $(CLI) watch "$(N)" $(CHECK_FLAGS)
+
+.do-kata: $(STAMP)
+	$(call do,kata)
+DO_kata = $(CLI) kata "$(N)"
+
+.do-hint: $(STAMP)
+	$(call do,hint)
+DO_hint = $(CLI) hint "$(N)"
+
+.do-next: $(STAMP)
+	$(call do,next)
+DO_next = $(CLI) next $(if $(TIER),--tier "$(TIER)") $(if $(CODEBASE),--codebase "$(CODEBASE)")
 
 # SET is split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"); every other value is passed whole.
-# FORCE, YES, RESUME, COMPILE and CHECKPOINTING go through as given: 1/yes/true/on mean yes, 0/no/false/off mean no.
-run: $(STAMP)
-	@$(CLI) run "$(N)" $(if $(STEPS),--steps "$(STEPS)") $(if $(SET),--set $(SET)) $(if $(NPROC),--nproc "$(NPROC)") \
-		$(if $(MODEL),--hf-model $(MODEL)) $(if $(TASK),--task "$(TASK)")
+# FORCE, YES, ALL, RESUME, COMPILE and CHECKPOINTING go through as given: 1/yes/true/on mean yes, 0/no/false/off no.
+.do-run: $(STAMP)
+	$(call do,run)
+DO_run = $(CLI) run "$(N)" $(if $(STEPS),--steps "$(STEPS)") $(if $(SET),--set $(SET)) \
+		$(if $(NPROC),--nproc "$(NPROC)") $(if $(MODEL),--hf-model "$(MODEL)") $(if $(TASK),--task "$(TASK)") \
+		$(if $(SEED),--seed "$(SEED)") $(if $(DEVICE),--device "$(DEVICE)") $(if $(BUDGET),--budget "$(BUDGET)")
 
-solution: $(STAMP)
-	@$(CLI) solution "$(N)" $(if $(FORCE),--force="$(FORCE)")
+.do-solution: $(STAMP)
+	$(call do,solution)
+DO_solution = $(CLI) solution "$(N)" $(call switch,FORCE,--force)
 
-reset: $(STAMP)
-	@$(CLI) reset "$(N)" $(if $(YES),--yes="$(YES)")
+.do-reset: $(STAMP)
+	$(call do,reset)
+DO_reset = $(CLI) reset "$(N)" $(call switch,YES,--yes)
 
-list: $(STAMP)
-	@$(CLI) list
+.do-list: $(STAMP)
+	$(call do,list)
+DO_list = $(CLI) list $(if $(TIER),--tier "$(TIER)") $(if $(CODEBASE),--codebase "$(CODEBASE)")
 
-drill: $(STAMP)
-	@$(CLI) drill $(if $(TIER),--tier "$(TIER)") $(if $(BUGS),--bugs "$(BUGS)") \
+.do-drill: $(STAMP)
+	$(call do,drill)
+DO_drill = $(CLI) drill $(if $(TIER),--tier "$(TIER)") $(if $(BUGS),--bugs "$(BUGS)") \
 		$(if $(CODEBASE),--codebase "$(CODEBASE)") $(if $(SEED),--seed "$(SEED)")
 
-stats: $(STAMP)
-	@$(CLI) stats
+.do-stats: $(STAMP)
+	$(call do,stats)
+DO_stats = $(CLI) stats
 
-verify: $(STAMP)
-	$(PYTHON) -m grpo_katas.verify $(if $(filter 1 yes true,$(FRESH)),--fresh)
+.do-verify: $(STAMP)
+	$(call do,verify)
+DO_verify = $(PYTHON) -m grpo_katas.verify $(if $(filter 1 yes true,$(FRESH)),--fresh)
 
-katas: $(STAMP)
-	$(PYTHON) -m grpo_katas.catalogue build
+.do-katas: $(STAMP)
+	$(call do,katas)
+DO_katas = $(PYTHON) -m grpo_katas.catalogue build
 
-mock: $(STAMP)
-	@$(CLI) mock "$(N)" $(if $(TIER),--tier "$(TIER)") $(if $(MINUTES),--minutes "$(MINUTES)")
+.do-mock: $(STAMP)
+	$(call do,mock)
+DO_mock = $(CLI) mock "$(N)" $(if $(TIER),--tier "$(TIER)") $(if $(MINUTES),--minutes "$(MINUTES)")
 
-mock-notes: $(STAMP)
-	@$(CLI) mock-notes "$(N)"
+.do-mock-notes: $(STAMP)
+	$(call do,mock-notes)
+DO_mock-notes = $(CLI) mock-notes "$(N)"
 
-mock-end: $(STAMP)
-	@$(CLI) mock-end
+.do-mock-end: $(STAMP)
+	$(call do,mock-end)
+DO_mock-end = $(CLI) mock-end
 
-bundle: $(STAMP)
-	@$(CLI) bundle "$(N)" "$(OUT)"
+.do-bundle: $(STAMP)
+	$(call do,bundle)
+DO_bundle = $(CLI) bundle "$(N)" "$(OUT)"
 
-grade: $(STAMP)
-	@$(PYTHON) -m grpo_katas.grade "$(N)" "$(SUBMISSION)" "$(OUT)"
+.do-grade: $(STAMP)
+	$(call do,grade)
+DO_grade = $(PYTHON) -m grpo_katas.grade "$(N)" "$(SUBMISSION)" "$(OUT)" $(if $(SEED),--seed "$(SEED)")
 
-train: $(STAMP)
-	@$(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task "$(TASK)") $(if $(STEPS),--steps "$(STEPS)") \
+.do-train: $(STAMP)
+	$(call do,train)
+DO_train = $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task "$(TASK)") $(if $(STEPS),--steps "$(STEPS)") \
 		$(if $(DEVICE),--device "$(DEVICE)") $(if $(SET),--set $(SET)) $(if $(OUT),--out "$(OUT)") \
-		$(if $(RESUME),--resume="$(RESUME)") $(if $(COMPILE),--compile="$(COMPILE)") $(if $(NPROC),--nproc "$(NPROC)") \
-		$(if $(MODEL),--hf-model $(MODEL)) $(if $(CHECKPOINTING),--gradient-checkpointing="$(CHECKPOINTING)")
+		$(call switch,RESUME,--resume) $(call switch,COMPILE,--compile) $(if $(NPROC),--nproc "$(NPROC)") \
+		$(if $(MODEL),--hf-model "$(MODEL)") $(call switch,CHECKPOINTING,--gradient-checkpointing) \
+		$(if $(SEED),--seed "$(SEED)") $(if $(EVAL_EVERY),--eval-every "$(EVAL_EVERY)") \
+		$(if $(SAMPLES),--samples "$(SAMPLES)")
 
-bench: $(STAMP)
-	@$(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device "$(DEVICE)") $(if $(MODEL),--hf-model $(MODEL))
+.do-bench: $(STAMP)
+	$(call do,bench)
+DO_bench = $(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device "$(DEVICE)") \
+		$(if $(MODEL),--hf-model "$(MODEL)")
 
-gpu-check: $(STAMP)
-	@$(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model $(MODEL))
+.do-gpu-check: $(STAMP)
+	$(call do,gpu-check)
+DO_gpu-check = $(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model "$(MODEL)")
+
+# the files make reads, so that the rule below never takes them for a target
+Makefile pyproject.toml constraints.txt: ;
+
+# Anything else (a typo: `make runs`, where runs/ is a folder make would call up to date) is no target: one line.
+%: .no-such-target
+	$(RUN)echo "error: there is no target '$@'; make help lists them" >&2
+	false

@@ -49,3 +49,22 @@ def test_left_padding_does_not_change_logprobs(grpo, seed, draw):
     assert close(got, expected, atol=1e-4), (
         f"log-probs: with left-padded prompts of different lengths the log-probs are up to {err:.3f} away from "
         f"the same rows scored without padding; expected the same values")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_a_float64_model_gets_float64_logprobs(grpo, seed, draw):
+    gen = rng(seed, draw, 34)
+    model = tiny_lm(gen, V, dtype=torch.float64)
+    N, T = randint(gen, 2, 5), randint(gen, 2, 5)
+    ids, att, comp_mask, P = random_batch(gen, N, V, T, min_prompt=1, max_prompt=5)
+    expected = memo(oracle.token_logprobs, model, ids, att, P, 0.7)
+    got = grpo.token_logprobs(model, ids, att, P, 0.7)
+    assert tuple(got.shape) == (N, T), f"log-probs: shape {tuple(got.shape)}, expected (N, T) = {(N, T)}"
+    assert got.dtype == torch.float64, (
+        f"log-probs: a float64 model's log-probs came back as {got.dtype}; expected float64")
+    keep = comp_mask.bool()
+    got, expected = got.detach().double()[keep], expected[keep]
+    err = (got - expected).abs().max().item()
+    assert close(got, expected, atol=1e-10), (
+        f"log-probs: with a float64 model the log-probs are up to {err:.2e} away from the same model's "
+        f"log_softmax(logits / temperature), scored one prefix at a time in float64; expected agreement to 1e-10")

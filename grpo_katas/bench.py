@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 
 from grpo_katas.curves import summarize
-from grpo_katas.runs import RunConfig
+from grpo_katas.runs import RunConfig, lab_dtype
 from grpo_katas.trainer import Trainer
 from lab import ModelConfig, TinyLM
 
@@ -64,7 +64,7 @@ def timed(fn, device, repeats=3, tick=lambda: None):
 
 def bench_sampling(t: Trainer, new_tokens=64, repeats=3, tick=no_progress):
     grpo, device = t.grpo, t.device
-    model = t.policy if t.run.hf_model else TinyLM(ModelConfig(max_len=new_tokens + 16)).to(device)
+    model = t.policy if t.run.hf_model else TinyLM(ModelConfig(max_len=new_tokens + 16), dtype=lab_dtype(device)).to(device)
     cfg = grpo.GRPOConfig(max_new_tokens=new_tokens)
     prompts, mask = t.task.sample_prompts(16, torch.Generator().manual_seed(0))
     prompts, mask = prompts.to(device), mask.to(device)

@@ -17,7 +17,7 @@ from pathlib import Path
 from rich.markup import escape
 
 from grpo_katas import UserError, drills, progress, render, rounds, yes_or_no
-from grpo_katas.catalogue import CODEBASES, fixed_bug_ids, load_bugs, load_katas
+from grpo_katas.catalogue import CODEBASES, COMPONENTS, TIERS, fixed_bug_ids, load_bugs, load_katas
 from grpo_katas.drills import find
 from grpo_katas.jobs import LoopRun, reference_run, run_args, run_checks
 from grpo_katas.progress import now, require_copy, shown, working_copy
@@ -34,6 +34,11 @@ def cmd_kata(args) -> int:
     return 0
 
 
+# A step's budget, in CPU-seconds (and in seconds without any CPU): a step of the lab model takes under a second,
+# one of a real model on a GPU up to a minute; a step over it is a loop that hangs.
+STEP_BUDGET, HF_STEP_BUDGET = 60.0, 600.0
+
+
 def cmd_run(args) -> int:
     kata = find(args.n, "run")
     path = require_copy(kata)
@@ -41,8 +46,11 @@ def cmd_run(args) -> int:
     steps, seed, nproc = (kata.run[k] if getattr(args, k) is None else getattr(args, k)
                           for k in ("steps", "seed", "nproc"))
     settings = kata.settings if args.set is None else args.set
-    runner_args = run_args(steps, seed, nproc, settings, args.hf_model, args.task)
-    run = LoopRun(path, runner_args, log=path.parent / "run.log")
+    runner_args = run_args(steps, seed, nproc, settings, args.hf_model, args.task, args.device)
+    budget = args.budget or (HF_STEP_BUDGET if args.hf_model else STEP_BUDGET)
+    with progress.update() as state:  # running the kata is time spent on it
+        progress.active(state, kata)
+    run = LoopRun(path, runner_args, log=path.parent / "run.log", budget=budget)
     cited = render.cited_metrics(kata)
     history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps), cited,
                                     shown(path.parent / "run.log"))
@@ -51,11 +59,17 @@ def cmd_run(args) -> int:
         raise UserError(flag_words(last["setting"], last["problem"]))
     if last and last["event"] == "error":  # the file does not load, or a setting is not one of its GRPOConfig's
         raise UserError(f"cannot run {shown(path)}: {last['message']}")
+    if last and last["event"] == "interrupted":
+        render.stopped_report(last, path, "BUDGET=")
+        return 130
     if history:  # a crash after some steps still shows how the run went until then
         with console.status("a healthy run with the same seed and settings, for comparison (kept in work/cache/)"):
             healthy = reference_run(runner_args, CODEBASES[kata.codebase].path)
         render.comparison(f"kata {kata.key}", history, healthy, steps, path.parent / "run.png",
                           f"kata {kata.key}, seed {seed}" + (f", {' '.join(settings)}" if settings else ""), cited)
+    if last and last["event"] == "hung":
+        render.stopped_report(last, path, "BUDGET=")
+        return 1
     if last and last["event"] == "crash":
         render.crash_report(last)
         return 1
@@ -70,51 +84,103 @@ NO_BRIEF = ("a file checked on its own has no kata, so no brief whose run to jud
 
 
 def cmd_check(args) -> int:
+    """The checks on a kata's copy or on --target, at --seed, all or one --component; a table (with --all every
+    failing check below it) or, with --format json, one JSON object on stdout (render.check_json's schema)."""
+    as_json = getattr(args, "format", "table") == "json"
+    component = getattr(args, "component", None)
     if getattr(args, "target", None) is not None:  # make check TARGET=: any file that implements the contract
         if not args.target:
             raise UserError("TARGET is empty; give the file to check, e.g. `make check TARGET=path/to/grpo.py`")
-        path = Path(args.target).resolve()
-        with render.busy(f"the hidden checks on {shown(path)}, seed {args.seed} (about 10 s)"):
-            results = run_checks(path, args.seed)
-        return 1 if render.check_report(results, f"{shown(path)}, seed {args.seed}", run_skipped=NO_BRIEF) else 0
-    kata = find(args.n, "check")
-    path = require_copy(kata)
-    with render.busy(f"the hidden checks on {shown(path)}, then the brief's run (about 15 s)"):
-        results = run_checks(path, kata=kata)
-    fixed = fixed_bug_ids(kata, load_bugs(), results)
-    n_failed = render.check_report(results, f"kata {kata.key}: {shown(path)}", kata, fixed)
-    with progress.update() as state:
-        record = drills.after_check(state, kata, fixed, passed=not n_failed)
-    if n_failed:
+        path, kata = Path(args.target).resolve(), None
+    else:
+        kata = find(args.n, "check")
+        path = require_copy(kata)
+    if as_json:  # stdout holds the JSON alone; anything else said goes to stderr
+        console.file = sys.stderr
+    title = f"kata {kata.key}: {shown(path)}" if kata else shown(path)
+    title += (f", seed {args.seed}" if args.seed or not kata else "") + (f", {component} only" if component else "")
+    extras = (f", seed {args.seed}" if args.seed else "") + (f", {component} only" if component else "")
+    then = ", then the brief's run (about 15 s)" if kata and not component else " (about 10 s)"
+    with render.busy(f"the hidden checks on {shown(path)}{extras}{then}"):
+        results = run_checks(path, args.seed, component, kata)
+    whole = kata is not None and component is None  # only every check of a kata says which bugs are fixed
+    fixed = fixed_bug_ids(kata, load_bugs(), results) if whole else None
+    failed = sum(not r.passed for r in results.values())
+    record = None
+    if kata is not None:
+        with progress.update() as state:
+            progress.active(state, kata)
+            if whole:
+                record = drills.after_check(state, kata, fixed, passed=not failed)
+    if as_json:
+        print(render.check_json(results, path, args.seed, component, kata, fixed, record))
+        return 1 if failed else 0
+    render.check_report(results, title, kata if whole else None, fixed or (), every=args.all, component=component,
+                        run_skipped=NO_BRIEF if kata is None and component is None else "")
+    if failed:
         return 1
-    console.print(f"[bold green]Solved[/] in {minutes(record['seconds'])} (time box {kata.minutes} min), "
-                  f"{progress.hints_counted(record)} hint(s). See the explanation: make solution N={kata.key}")
+    if record:
+        console.print(f"[bold green]Solved[/] in {minutes(record['seconds'])} (time box {kata.minutes} min), "
+                      f"{progress.hints_counted(record)} hint(s). See the explanation: make solution N={kata.key}")
     return 0
 
 
 def cmd_watch(args) -> int:
     kata = find(args.n, "watch")
+    with render.keys() as keys:  # on a terminal Ctrl-C is read as a key: it stops watch, and make exits 0
+        try:
+            while kata is not None:
+                kata = watch_one(kata, args, keys)
+        except KeyboardInterrupt:  # how you stop it: not a failure
+            pass
+    return 0
+
+
+def watch_one(kata, args, keys):
+    """Rerun the checks on the kata's copy at every save. Returns the kata to watch next once this one is solved
+    (see next_after), or None when stopped with q."""
     path = require_copy(kata)
-    console.print(f"watching {shown(path)}; save it to rerun the checks, Ctrl-C to stop")
+    console.print(f"watching {shown(path)}; save it to rerun the checks, {keys.how_to_stop}")
     seen = None
-    try:
-        while True:
-            stamp = path.stat().st_mtime_ns if path.exists() else None
-            if stamp != seen:
-                seen = stamp
-                console.rule(datetime.now().strftime("%H:%M:%S"))
-                try:
-                    cmd_check(args)
-                except UserError as exc:
-                    console.print(f"[red]{escape(str(exc))}[/]")
-            time.sleep(args.interval)
-    except KeyboardInterrupt:
-        return 0
+    args.n = kata.key
+    while True:
+        stamp = path.stat().st_mtime_ns if path.exists() else None
+        if stamp != seen:
+            seen = stamp
+            console.rule(datetime.now().strftime("%H:%M:%S"))
+            try:
+                if cmd_check(args) == 0 and not args.component:
+                    return next_after(kata, keys)
+            except UserError as exc:
+                console.print(f"[red]{escape(str(exc))}[/]")
+        if keys.wait(args.interval) == "q":
+            return None
+
+
+def next_after(kata, keys):
+    """Once a kata is solved under watch: the next unsolved one in list order, started (on a terminal, when you
+    press n), or None (none left, or you stopped)."""
+    following = progress.next_unsolved(progress.load(), load_katas(), after=kata)  # no lock held while you choose
+    if following is None:
+        console.print("every kata is solved; `make drill` draws a fresh one")
+        return None
+    if keys.interactive:
+        console.print(f"next: kata {following.key}, {escape(following.title)} ({following.tier}, {following.minutes} "
+                      f"min): press n to start it, q or Ctrl-C to stop")
+        if keys.choose("nq") != "n":
+            return None
+    else:
+        console.print(f"moving on to kata {following.key} (`make watch N={following.key}` comes back to it)")
+    with progress.update() as state:
+        resumed = progress.start(state, following)
+    render.kata_panel(following, working_copy(following), resumed)
+    return following
 
 
 def cmd_hint(args) -> int:
     kata = find(args.n, "hint")
     with progress.update() as state:
+        progress.active(state, kata)
         level = progress.next_hint(state, kata)
     render.hint_panel(kata, level)
     return 0
@@ -123,6 +189,7 @@ def cmd_hint(args) -> int:
 def cmd_solution(args) -> int:
     kata = find(args.n, "solution")
     with progress.update() as state:
+        progress.active(state, kata)
         drills.reveal(state, kata, args.force)
     render.solution(kata, load_bugs(), CODEBASES[kata.codebase].path)
     return 0
@@ -162,8 +229,31 @@ def cmd_reset(args) -> int:
 
 
 def cmd_list(args) -> int:
-    state, katas = progress.load(), load_katas()
-    render.kata_list(katas, [progress.status(state, k) for k in katas])
+    state = progress.load()
+    katas = chosen(state, args.tier, args.codebase, drills.made())
+    render.kata_list(katas, [progress.status(state, k) for k in katas], filtered=bool(args.tier or args.codebase),
+                     idle_minutes=progress.IDLE_SECONDS // 60)
+    return 0
+
+
+def chosen(state: dict, tier: str | None, codebase: str | None, made=()) -> list:
+    """The katas, then the drills in `made`, of the tier and codebase asked for (list order). A drill's codebase is
+    hidden until it is solved or revealed, so a filter by codebase leaves such drills out."""
+    def shown_codebase(k):
+        return k.codebase if not k.drill or progress.revealed(state, k) else None
+    return [k for k in [*load_katas(), *made] if (not tier or k.tier == tier)
+            and (not codebase or shown_codebase(k) == codebase)]
+
+
+def cmd_next(args) -> int:
+    with progress.update() as state:
+        kata = progress.next_unsolved(state, chosen(state, args.tier, args.codebase))
+        resumed = progress.start(state, kata) if kata else None
+    if kata is None:
+        which = " ".join(x for x in (args.tier, args.codebase) if x)
+        console.print(f"every {which + ' ' if which else ''}kata is solved; `make drill` draws a fresh one")
+        return 0
+    render.kata_panel(kata, working_copy(kata), resumed)
     return 0
 
 
@@ -227,9 +317,10 @@ COMMANDS = {
                          "and judge the brief's symptoms: a table by component and how many bugs are fixed",
               "The verdict: the checks judge what your functions do, never how they are written, and the run "
               "component that every symptom of the brief is gone from your copy's run; all passing is solved. A "
-              "--target file has no brief: its run component is skipped."),
-    "watch": (cmd_watch, "rerun the checks each time your copy is saved (Ctrl-C to stop)",
-              "For an edit, save, look loop while you work on a fix."),
+              "--target file has no brief: its run component is skipped, and so is a kata's with --component."),
+    "watch": (cmd_watch, "rerun the checks each time your copy is saved, and move on to the next kata once solved",
+              "For an edit, save, look loop while you work on a fix. Once the checks pass it offers the next unsolved "
+              "kata (n starts it; without a terminal it starts it); Ctrl-C or q stops, status 0."),
     "hint": (cmd_hint, "the next rung of the kata's hint ladder, remembered",
              "When stuck: each rung says a little more than the last. Hints taken before solving are counted."),
     "solution": (cmd_solution, "the diff from the kata to the reference and why each planted bug matters",
@@ -237,8 +328,10 @@ COMMANDS = {
                  "Before solving only with --force, which is recorded and shown by list."),
     "reset": (cmd_reset, "back up your copy to work/NN-slug/backups/ and restore the pristine kata",
               "To start a kata over; the old attempt is kept in your progress (list still counts it solved)."),
-    "list": (cmd_list, "every kata with its tier, time box and your status",
-             "To choose what to practise next and see how far you are."),
+    "list": (cmd_list, "every kata and drill with its tier, codebase, bugs, time box and your status, time and hints",
+             "To choose what to practise next and see how far you are; --tier and --codebase narrow it."),
+    "next": (cmd_next, "start (or resume) the first kata in list order that you have not solved",
+             "To keep going without choosing, as rustlings does; --tier and --codebase narrow the choice."),
     "mock": (cmd_mock, "a timed mock interview round: a kata you have not solved (or N), its brief and a countdown",
              "Practice under a clock. Ctrl-C stops the clock, not the round; mock again restarts the clock; "
              "mock-end scores the round."),
@@ -268,7 +361,7 @@ class Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line and exit status 2, as every other mistake gets."""
 
     def error(self, message):
-        console.print(f"[red]error:[/] {escape(message)}; `{self.prog} --help` says more")
+        console.print(f"[red]error:[/] {escape(message)}; `{self.prog} --help` says more", soft_wrap=True)
         sys.exit(2)
 
 
@@ -278,7 +371,7 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, what, why) in COMMANDS.items():
         s = sub.add_parser(name, help=what, description=f"{what}. {why}")
-        if name not in ("list", "mock-end", "drill", "stats"):
+        if name not in ("list", "next", "mock-end", "drill", "stats"):
             s.add_argument("n", nargs="?", default=None, metavar="N",
                            help="the kata number (make ... N=3), or a drill's (d3); `make list` shows them all")
     run = sub.choices["run"]
@@ -300,12 +393,32 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--task", default=None,
                      help="the task (default sum); with --hf-model also arith or gsm8k, word problems for a "
                           "pretrained model")
+    run.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"],
+                     help="where the run trains (default cpu for the lab model, auto with --hf-model: CUDA when there "
+                          "is one); cuda where torch sees none is refused")
+    run.add_argument("--budget", type=positive(float), default=None, metavar="SECONDS",
+                     help=f"a step that uses this many CPU-seconds, or no CPU for this many seconds, is stopped as "
+                          f"hung and shows where your loop was (default {STEP_BUDGET:g}; {HF_STEP_BUDGET:g} with "
+                          f"--hf-model; a lab-model step takes under a second)")
     check = sub.choices["check"]
     check.add_argument("--target", default=None, metavar="FILE",
                        help="check this file instead of a kata's copy (make check TARGET=f.py): any file that "
                             "implements the contract, such as a fix you wrote elsewhere")
-    check.add_argument("--seed", type=int, default=0,
-                       help="with --target, the base seed of the checks' drawn shapes and values (default 0)")
+    for name in ("check", "watch"):
+        c = sub.choices[name]
+        c.add_argument("--seed", type=int, default=0,
+                       help="the base seed of the checks' drawn shapes and values (default 0, as CI's first seed); "
+                            "another seed draws other inputs, to see that a fix holds beyond one draw")
+        c.add_argument("--all", nargs="?", const=True, default=False, type=yes_or_no, metavar="YES",
+                       help="below the table, every failing check with what it observed (the table shows the first "
+                            "per component): to see all a fix still has to do (make check ALL=1)")
+        c.add_argument("--component", choices=COMPONENTS, default=None, metavar="NAME",
+                       help=f"run only this component's checks ({', '.join(COMPONENTS)}; make check "
+                            f"COMPONENT=loss): seconds instead of the whole run, while you work on one function; "
+                            f"records nothing")
+    check.add_argument("--format", choices=["table", "json"], default="table",
+                       help=f"table (default) or json: one JSON object on stdout ({render.CHECK_SCHEMA}, README: "
+                            f"The checks' JSON) for scripts and CI; the exit status is the same")
     sub.choices["watch"].add_argument("--interval", type=positive(float), default=0.5,
                                       help="seconds between looks at the file (default 0.5)")
     sub.choices["solution"].add_argument("--force", nargs="?", const=True, default=False, type=yes_or_no,
@@ -320,6 +433,11 @@ def parser() -> argparse.ArgumentParser:
                                      help="the time box (default: the kata's own); shorter for more pressure")
     sub.choices["bundle"].add_argument("out", metavar="OUT", nargs="?", default=None,
                                        help="a new (or empty) folder for the bundle")
+    for name in ("list", "next"):
+        sub.choices[name].add_argument("--tier", choices=TIERS, default=None, help="only the katas of this tier")
+        sub.choices[name].add_argument("--codebase", choices=sorted(CODEBASES), default=None,
+                                       help="only the katas in this codebase (a drill's shows once it is solved or "
+                                            "revealed)")
     drill = sub.choices["drill"]
     drill.add_argument("--tier", choices=["warm-up", "practice", "frontier", "interview"], default=None,
                        help="how hard: warm-up one bug, practice 2-3, frontier 1-2 of the newer bugs, interview 4-5 "
@@ -338,7 +456,7 @@ def main(argv=None) -> int:
     try:
         return COMMANDS[args.command][0](args)
     except UserError as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted; nothing was recorded")

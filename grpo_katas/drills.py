@@ -243,7 +243,9 @@ WORDS = {"reward_mean": "the mean reward", "reward_max": "the best reward in a b
 
 
 def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
-    """A colleague's report of the run, from its numbers: one or two symptoms, how many bugs, no component."""
+    """A colleague's report of the run, from its numbers: one or two symptoms, how many bugs, no component. Each
+    number is what `make run` prints for it (a float64 run prints the same digits on every CPU)."""
+    from grpo_katas.symptoms import quote
     steps = DRILL_RUN["steps"]
     if symptoms and symptoms[0][0] == "crash":
         seen = f"The run stopped before step {steps}: `{symptoms[0][2]}`."
@@ -251,8 +253,8 @@ def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
         parts = []
         for m, window, a, b in symptoms:
             when = f"over the last 5 of {steps} steps" if window == "last" else f"at its highest over {steps} steps"
-            value = "NaN" if math.isnan(a) else f"{a:.3g}"
-            parts.append(f"{WORDS[m]} {when} is {value} where a healthy run of the same code shows {b:.3g}")
+            value = "NaN" if math.isnan(a) else quote(a, m)
+            parts.append(f"{WORDS[m]} {when} is {value} where a healthy run of the same code shows {quote(b, m)}")
         seen = "On the default settings, " + "; and ".join(parts) + "."
     count = "There is one bug in the loop; find and fix it." if n_bugs == 1 else \
         f"There are {n_bugs} bugs in the loop; find and fix them."
@@ -341,6 +343,18 @@ def load(key) -> Drill:
     except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
         raise CatalogueError(f"{meta} cannot be read ({type(exc).__name__}: {exc}); draw a new drill with "
                              f"`make drill`") from None
+
+
+def made() -> list:
+    """Every drill in work/drills/ that can be read, in order (make list shows them after the katas)."""
+    numbers = sorted(int(p.name[1:]) for p in DRILLS.iterdir() if is_drill(p.name)) if DRILLS.is_dir() else []
+    out = []
+    for n in numbers:
+        try:
+            out.append(load(f"d{n}"))
+        except CatalogueError:
+            continue  # a drill.json that cannot be read is named when that drill is asked for
+    return out
 
 
 @dataclass(frozen=True)

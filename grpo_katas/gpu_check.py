@@ -123,7 +123,7 @@ def throughput(device, small) -> None:
     mfu = f"{flops / seconds / peak:.2%} of {peak / 1e12:.0f} TFLOP/s bf16" if peak else "n/a (unknown peak)"
     memory = peak_memory(device)
     print(f"model {layers}x{width} ({n_params / 1e6:.1f} M parameters), B={B}, G={t.cfg.group_size}, "
-          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'} on {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
+          f"{'bf16 autocast' if device.type == 'cuda' else next(t.policy.parameters()).dtype} on {torch.cuda.get_device_name(device) if device.type == 'cuda' else 'cpu'}")
     print(f"sampled tokens/s: {tokens / seconds:,.0f} | step: {seconds / steps * 1000:.0f} ms | "
           f"model FLOPs/s: {flops / seconds / 1e12:.2f} T | MFU: {mfu} | peak memory: {memory}", flush=True)
 

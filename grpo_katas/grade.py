@@ -295,7 +295,12 @@ def summary_markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+REPORTS = ("results.json", "junit.xml", "summary.md")
+
+
 def prepare_out(out) -> Path:
+    """OUT, made and writable, with the reports of a grading before moved to OUT/previous-<time>/ (said on stderr):
+    a second grading into the same OUT never replaces the first's reports."""
     if out in (None, ""):
         raise UsageError("OUT is required: the folder for results.json, junit.xml and summary.md "
                          "(make grade N=.. SUBMISSION=.. OUT=dir)")
@@ -305,9 +310,27 @@ def prepare_out(out) -> Path:
         probe = out / ".write-test"
         probe.write_text("")
         probe.unlink()
+        kept = keep_previous(out)
     except OSError as exc:
         raise UsageError(f"cannot write to {out}: {exc.strerror or exc}") from None
+    if kept:
+        print(f"the reports already in {out} are moved to {kept}/", file=sys.stderr)
     return out
+
+
+def keep_previous(out: Path) -> Path | None:
+    """Move the reports in `out` to a new out/previous-<date>-<time>[-k]/, and return it (None when there were none)."""
+    there = [out / name for name in REPORTS if (out / name).exists()]
+    if not there:
+        return None
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder, k = out / f"previous-{stamp}", 2
+    while folder.exists():
+        folder, k = out / f"previous-{stamp}-{k}", k + 1
+    folder.mkdir()
+    for path in there:
+        os.replace(path, folder / path.name)
+    return folder
 
 
 def check_sandbox(mode: str) -> None:

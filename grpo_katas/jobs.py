@@ -9,12 +9,18 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import select
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from grpo_katas import REFERENCE, ROOT, UserError
+from grpo_katas import CHECKS, REFERENCE, ROOT, UserError
 from grpo_katas.progress import read_cache, write_cache
 
 
@@ -24,18 +30,19 @@ def python_env() -> dict:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
 
 
-def run_checks(path: Path, seed: int = 0, kata=None) -> dict:
+def run_checks(path: Path, seed: int = 0, component: str | None = None, kata=None) -> dict:
     """{CheckId: Verdict} for one file, judged exactly as CI judges it: the checks run in this process, the file
     in a sandboxed worker process (grpo_katas/judge), and with a kata its brief's run (run::brief_symptoms_gone);
-    raises UserError when it cannot be judged, and KeyboardInterrupt when Ctrl-C stopped the checks (pytest
-    catches it and returns its status for it)."""
+    with `component`, only that component's checks (its file in checks/) and no run. Raises UserError when it cannot
+    be judged, and KeyboardInterrupt when Ctrl-C stopped the checks (pytest catches it and returns its status)."""
     import pytest
 
     from grpo_katas import matrix  # pytest and torch, imported only when checks run
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.is_file():
         raise UserError(f"{shown}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
-    run = matrix.run([path], [seed], kata=kata)
+    run = matrix.run([path], [seed], checks=component_checks(component) if component else CHECKS,
+                     kata=None if component else kata)
     if run.exit_code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if 0 in run.load_errors:
@@ -45,10 +52,23 @@ def run_checks(path: Path, seed: int = 0, kata=None) -> dict:
     return run.of(0, seed)
 
 
-def run_args(steps: int, seed: int, nproc: int, settings: list, hf_model: str = "", task: str | None = None) -> list:
+def component_checks(component: str) -> Path:
+    """The file in checks/ that holds one component's checks (its `pytestmark = pytest.mark.component(...)`)."""
+    for f in sorted(CHECKS.glob("test_*.py")):
+        if re.search(rf"^pytestmark = pytest\.mark\.component\([\"']{re.escape(component)}[\"']\)", f.read_text(),
+                     re.MULTILINE):
+            return f
+    from grpo_katas.catalogue import COMPONENTS
+    raise UserError(f"COMPONENT must be one of {', '.join(COMPONENTS)}, got {component!r}")
+
+
+def run_args(steps: int, seed: int, nproc: int, settings: list, hf_model: str = "", task: str | None = None,
+             device: str | None = None) -> list:
     """The runner's arguments for a run (a kata's, and the healthy run beside it); a local model folder goes by
     its full path, since the runner starts in the repository root."""
     args = ["--steps", str(steps), "--seed", str(seed), "--nproc", str(nproc), "--set", *settings]
+    if device:
+        args = ["--device", device, *args]
     if hf_model:
         model = Path(hf_model).expanduser()
         args = ["--hf-model", str(model.resolve()) if model.exists() else hf_model, *args]
@@ -88,26 +108,40 @@ class Lines:
 
 class LoopRun:
     """A loop file trained by grpo_katas.runner in a fresh process. Iterate it for what happens, in order:
-    ("output", line) for each line the loop prints (stdout and stderr, interleaved as a terminal shows them) and
-    ("event", dict) for each of the runner's events, which come on a pipe of their own; the runner waits for an
-    answer on a third pipe after each event, sent once the output before it is read, so that every line comes
-    before the event of the step it was printed in. With `log`, everything the loop prints is also written there
-    as it came (up to LOG_BYTES; `log_full` says when that was reached). Afterwards `returncode` is set;
-    `last_output` holds the loop's last few lines."""
+    ("output", line) for each line the loop prints (stdout and stderr, interleaved as a terminal shows them),
+    ("event", dict) for each of the runner's events, which come on a pipe of their own, and ("alive", Alive) about
+    once a second while a step takes longer than that. The runner waits for an answer on a third pipe after each
+    event, sent once the output before it is read, so that every line comes before the event of the step it was
+    printed in.
+
+    A step has a budget (`budget`, seconds): a step that has used that much CPU time (its whole process tree), or
+    none at all for that long (a sleep, a lock, ranks waiting on each other), is stopped, and the last event is
+    {"event": "hung", "step", "cpu", "seconds", "idle", "stack"}, the stack being where the loop was (the runner
+    dumps it with faulthandler on SIGUSR1). Ctrl-C (SIGINT) ends the run the same way: the runner, which has it too,
+    reports {"event": "interrupted", "where", "traceback"}; one that does not end within INTERRUPT_GRACE seconds is
+    stopped, its stack taken, and a second Ctrl-C stops it at once. With `log`, everything the loop prints is
+    written there as it came (up to LOG_BYTES; `log_full` says when that was reached); the log of the run before
+    is kept as LOG.1. Afterwards `returncode` is set; `last_output` holds the loop's last few lines."""
     LOG_BYTES = 20_000_000
     MAX_EVENT = 4_000_000  # an event line, a crash's traceback included (a RecursionError's is some 100 kB)
+    TICK = 1.0             # seconds between looks at a step that takes long
+    INTERRUPT_GRACE = 3.0  # seconds the runner has to end after Ctrl-C before it is stopped
 
-    def __init__(self, path: Path, runner_args: list, log: Path | None = None):
+    def __init__(self, path: Path, runner_args: list, log: Path | None = None, budget: float = 60.0):
+        self.path = path
         self.cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), *runner_args]
-        self.log, self.log_full = log, False
+        self.log, self.log_full, self.budget = log, False, budget
         self.returncode = None
         self.last_output = []
+        self.interrupts, self.interrupted_at = 0, None
 
     def __iter__(self):
         read_events, write_events = os.pipe()
         read_acks, write_acks = os.pipe()
+        stacks = Path(tempfile.mkdtemp(prefix="grpo-run-")) / "stack"
         env = {**python_env(), "PYTHONUNBUFFERED": "1"}  # a print reaches us before the step it belongs to ends
-        proc = subprocess.Popen([*self.cmd, "--events-fd", str(write_events), "--ack-fd", str(read_acks)],
+        proc = subprocess.Popen([*self.cmd, "--events-fd", str(write_events), "--ack-fd", str(read_acks),
+                                 "--stack-file", str(stacks)],
                                 cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, pass_fds=(write_events, read_acks))
         os.close(write_events)
@@ -115,11 +149,22 @@ class LoopRun:
         output = proc.stdout.fileno()
         lines = {output: Lines(), read_events: Lines(self.MAX_EVENT)}
         log = self.open_log()
+        watch = StepWatch(proc.pid, self.budget)
+        previous = signal.signal(signal.SIGINT, self.on_interrupt)  # Ctrl-C: the run ends, and says where
+        next_look = time.monotonic() + self.TICK
         try:
             while lines:
-                ready, _, _ = select.select(list(lines), [], [], None if read_events in lines else 0.5)
+                ready, _, _ = select.select(list(lines), [], [], self.TICK if read_events in lines else 0.5)
+                if read_events in lines and time.monotonic() >= next_look:  # the step in progress, once a TICK
+                    next_look = time.monotonic() + self.TICK
+                    stopped = self.stop_if_stuck(proc, watch, stacks)
+                    if stopped:
+                        yield "event", stopped
+                        break
+                    if watch.long():
+                        yield "alive", watch.alive(self.where(proc, stacks, watch))
                 if not ready:  # once the runner is gone, what holds its output open is something the loop started
-                    if proc.poll() is not None:
+                    if read_events not in lines and proc.poll() is not None:
                         break
                     continue
                 fd = output if output in ready else read_events  # what was printed before an event is read first
@@ -138,20 +183,58 @@ class LoopRun:
                     except ValueError:
                         continue  # not the runner's: something wrote to its channel
                     if isinstance(event, dict) and "event" in event:
+                        watch.event(event)
                         yield "event", event
             self.returncode = proc.wait()
         finally:
-            if proc.poll() is None:  # the caller stopped early (Ctrl-C): the run stops with it
-                proc.kill()
-                proc.wait()
+            signal.signal(signal.SIGINT, previous)
+            if proc.poll() is None:  # the caller stopped early: the run stops with it
+                stop_tree(proc)
             proc.stdout.close()
             os.close(read_events)
             os.close(write_acks)
+            shutil.rmtree(stacks.parent, ignore_errors=True)
             if log:
                 log.close()
 
+    def on_interrupt(self, signum, frame) -> None:
+        self.interrupts += 1  # the runner, in the same process group, has the signal too; see stop_if_stuck
+        self.interrupted_at = self.interrupted_at or time.monotonic()
+
+    def stop_if_stuck(self, proc, watch, stacks: Path) -> dict | None:
+        """The last event of a run that is stopped now (over its budget, or not ending after Ctrl-C), else None."""
+        if self.interrupts and (self.interrupts > 1 or time.monotonic() - self.interrupted_at >= self.INTERRUPT_GRACE):
+            if proc.poll() is None:
+                stack = self.where(proc, stacks, watch, fresh=True)
+                stop_tree(proc)
+                return {"event": "interrupted", "step": watch.step + 1, "stack": stack}
+        why = watch.over_budget()
+        if why and proc.poll() is None:
+            stack = self.where(proc, stacks, watch, fresh=True)
+            stop_tree(proc)
+            return {"event": "hung", "step": watch.step + 1, "why": why, "cpu": watch.cpu(), "seconds": watch.seconds(),
+                    "budget": self.budget, "stack": stack}
+        return None
+
+    def where(self, proc, stacks: Path, watch, fresh: bool = False) -> str:
+        """The stack of the loop as faulthandler dumps it (the process of the tree whose stack holds the loop's
+        file), taken at most every few seconds unless `fresh`."""
+        if not fresh and time.monotonic() - watch.stack_at < 3 and watch.stack:
+            return watch.stack
+        watch.stack_at = time.monotonic()
+        from grpo_katas.judge.sandbox import descendants
+        for pid in descendants(proc.pid):
+            text = dump_stack(pid, stacks)
+            if str(self.path) in text or (text and not watch.stack):
+                watch.stack = text
+                if str(self.path) in text:
+                    break
+        return watch.stack
+
     def open_log(self):
         try:
+            if self.log and self.log.is_file() and self.log.stat().st_size:
+                os.replace(self.log, self.log.with_name(self.log.name + ".1"))  # the run before keeps its log
             return open(self.log, "wb") if self.log else None
         except OSError:
             self.log = None  # an unwritable folder costs the log, not the run
@@ -162,6 +245,101 @@ class LoopRun:
             room = self.LOG_BYTES - log.tell()
             log.write(data[:room])
             self.log_full = len(data) > room
+
+
+@dataclass(frozen=True)
+class Alive:
+    """A step that is taking long, as the runner's process tree shows it."""
+    step: int           # the step in progress (1-based)
+    seconds: float      # wall seconds since the step began
+    cpu: float          # CPU seconds the tree has used since then
+    budget: float       # the step's budget (CPU seconds, and seconds without any CPU)
+    stack: str          # where the loop is, as faulthandler dumps it ("" when it could not be had)
+
+
+class StepWatch:
+    """The clock of the step in progress: wall and CPU time since the runner's last event, and how long it has gone
+    without using CPU."""
+    LONG = 2.0  # a step is reported alive once it has taken this long
+
+    def __init__(self, pid: int, budget: float):
+        from grpo_katas.judge.sandbox import cpu_seconds
+        self.pid, self.budget, self.cpu_of = pid, budget, cpu_seconds
+        self.step, self.stack, self.stack_at = 0, "", 0.0
+        self.started = time.monotonic()  # the model is built in the first step's time
+        self.cpu0 = self.last_cpu = self.cpu_of(pid)
+        self.busy_at = self.started
+
+    def event(self, event: dict) -> None:
+        if event.get("event") in ("step", "config"):
+            self.step += event.get("event") == "step"
+            self.started = self.busy_at = time.monotonic()
+            self.cpu0 = self.last_cpu = self.cpu_of(self.pid)
+            self.stack = ""
+
+    def cpu(self) -> float:
+        now = self.cpu_of(self.pid)
+        if now > self.last_cpu + 0.01:
+            self.last_cpu, self.busy_at = now, time.monotonic()
+        return max(0.0, now - self.cpu0)
+
+    def seconds(self) -> float:
+        return time.monotonic() - self.started
+
+    def long(self) -> bool:
+        return self.seconds() >= self.LONG
+
+    def alive(self, stack: str) -> Alive:
+        return Alive(self.step + 1, self.seconds(), self.cpu(), self.budget, stack)
+
+    def over_budget(self) -> str | None:
+        cpu = self.cpu()
+        if cpu >= self.budget:
+            return f"it used {cpu:.0f} CPU-seconds"
+        idle = time.monotonic() - self.busy_at
+        if idle >= self.budget:
+            return f"it used no CPU for {idle:.0f} s (a sleep, a lock, or ranks waiting on each other)"
+        return None
+
+
+def dump_stack(pid: int, path: Path, wait: float = 1.0) -> str:
+    """The Python stack of process `pid`, which registered faulthandler on SIGUSR1 with `path` (the runner does):
+    empty the file, signal, and read what it wrote. A process that does not catch SIGUSR1 (the runner still
+    importing torch, a process the loop started) is left alone: the signal would end it."""
+    if not catches(pid, signal.SIGUSR1):
+        return ""
+    try:
+        path.write_text("")
+        os.kill(pid, signal.SIGUSR1)
+    except OSError:
+        return ""
+    deadline, text = time.monotonic() + wait, ""
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        now = path.read_text(errors="replace")
+        if now and now == text:  # written and settled
+            break
+        text = now
+    return text
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) >> (signum - 1) & 1)
+
+
+def stop_tree(proc) -> None:
+    """SIGKILL the runner and every process below it (the ranks of a data-parallel run)."""
+    from grpo_katas.judge.sandbox import descendants
+    for pid in reversed(descendants(proc.pid)):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    proc.wait()
 
 
 def step_stats(event: dict) -> dict:
@@ -190,6 +368,8 @@ def reference_run(runner_args: list, codebase: Path = REFERENCE) -> tuple:
             last = event
             if event["event"] == "step":
                 history.append(step_stats(event))
+    if run.interrupts:
+        raise KeyboardInterrupt
     if not last or last["event"] != "done":
         why = last.get("message") if last else " / ".join(run.last_output)
         return history, False, f"the healthy run did not finish with these settings: {why or 'no reason given'}"

@@ -2,12 +2,18 @@
 git-ignored). This module is the one owner of the state file; the others change the state it hands them.
 
     {"katas": {"7": {"hints": 2, "started": ISO, "solved": ISO, "seconds": 312.0, "hints_before_solving": 1,
-                     "revealed_unsolved": ISO, "history": [...]}},
+                     "revealed_unsolved": ISO, "spent": 300.0, "active_at": ISO, "resets": 1, "history": [...]}},
      "round": {...},                                     (the open mock round, see rounds.py)
      "drills": {"d1": {...}}, "classes": {...}}          (drills and their bug classes, see drills.py)
 
 Each kata's record holds the hint ladder's rung, when it was started and solved, the hints taken before solving,
-when the solution was revealed unsolved, and the attempts before a reset (`history`, records of the same shape).
+when the solution was revealed unsolved, its clock (`spent`, up to `active_at`), how often it was reset, and, from
+versions that started a new record on reset, the attempts before one (`history`, records of the same shape).
+
+The clock counts time spent, not time since `make kata`: work on a kata is a command run on it (kata, run, check,
+watch, hint, solution, reset, mock) or a save of its working copy that one of them sees (watch sees every save); the
+time between two of these is added, but a gap longer than IDLE_SECONDS counts as IDLE_SECONDS (you were away). A
+reset keeps the record (solved stays solved, with its time and hints): it restores the file, not your history.
 
 One command, one change, as rustlings keeps its AppState: `with update() as state:` loads the state under a lock
 (work/.state.lock), hands it to the command, and writes it back once, atomically (a temporary file renamed over
@@ -16,7 +22,9 @@ block, never inside it, so the lock is held for milliseconds and a command in an
 `make watch`) waits at most that long; since every change is made on the state as it is under the lock, neither
 loses the other's. `load()` is a read for commands that change nothing. A state file that cannot be parsed, or
 whose shape is not this version's, is set aside under a name of its own and reported (on this module's logger),
-never fatal. No function here overwrites a working copy without a timestamped backup.
+never fatal, and what can be read of it is kept (salvage): every kata record, drill, bug class and round of the
+right shape, from the file as parsed or, when it does not parse (cut short, a stray byte), from each object in its
+text that parses alone. No function here overwrites a working copy without a timestamped backup.
 """
 import contextlib
 import fcntl
@@ -35,6 +43,7 @@ from grpo_katas import ROOT, UserError
 
 WORK = ROOT / "work"
 LOCK_SECONDS = 30  # waiting longer than this for another command's change means it is stuck (Ctrl-Z?)
+IDLE_SECONDS = 600  # a gap between two signs of work longer than this counts as this long: time away is not spent
 log = logging.getLogger(__name__)
 
 
@@ -59,7 +68,8 @@ def cannot_write(path: Path, exc: OSError) -> UserError:
 # its timezone, as now() writes it.
 TIME = "time"
 RECORD_FIELDS = {"hints": int, "started": TIME, "solved": TIME, "seconds": (int, float), "revealed_unsolved": TIME,
-                 "hints_before_solving": int, "history": list}
+                 "hints_before_solving": int, "history": list, "spent": (int, float), "active_at": TIME,
+                 "resets": int}
 DRILL_FIELDS = {"made": TIME, "recorded": bool, "fixed": list}
 CLASS_FIELDS = {"box": int, "attempts": list, "due": TIME}
 ATTEMPT_FIELDS = {"at": TIME, "found": bool, "seconds": (int, float), "hints": int, "revealed": bool}
@@ -120,22 +130,81 @@ def state_path() -> Path:
 
 
 def read() -> tuple:
-    """(the saved state, None), or ({}, why it cannot be used) when it is corrupt or of the wrong shape."""
+    """(the saved state, None), or (what could be salvaged of it, why it cannot be used whole) when it is corrupt
+    or of the wrong shape."""
     path = state_path()
     try:
-        state = json.loads(path.read_bytes())
-        check_shape(state)
-        return state, None
+        data = path.read_bytes()
     except FileNotFoundError:
         return {"katas": {}}, None
-    except ValueError as exc:  # UnicodeDecodeError and json's errors are ValueErrors too
-        return {"katas": {}}, str(exc)
     except OSError as exc:
         raise UserError(f"cannot read your progress file {shown(path)}: {exc.strerror}") from None
+    try:
+        state = json.loads(data)
+        check_shape(state)
+        return state, None
+    except ValueError as exc:  # UnicodeDecodeError and json's errors are ValueErrors too
+        return salvage(data), str(exc)
 
 
-def set_aside(why: str) -> None:
-    """Rename the unusable state file to a name no other set-aside file has, and say so (under the lock)."""
+# A part of the state that parses alone, found in the text of a file that does not: (section, how to recognise it).
+PARTS = [("katas", r"\d{1,3}|d\d{1,4}", "hints"), ("drills", r"d\d{1,4}", "made"),
+         ("classes", r"[a-z0-9][a-z0-9-]*", "box"), ("round", r"round", "minutes")]
+
+
+def salvage(data: bytes) -> dict:
+    """The state that can be kept of an unusable file: each kata record, drill, bug class and the round that has
+    this version's shape, taken from the file as parsed, or, when it does not parse, from each JSON object in its
+    text that parses alone ("7": {"hints": 1, ...}); the first of a name wins."""
+    text = data.decode("utf-8", "replace")
+    try:
+        whole = json.loads(text)
+        found = [(section, key, value) for section in ("katas", "drills", "classes")
+                 if isinstance(whole, dict) and isinstance(whole.get(section), dict)
+                 for key, value in whole[section].items()]
+        found += [("round", "round", whole["round"])] if isinstance(whole, dict) and "round" in whole else []
+    except ValueError:
+        found = list(parts_in(text))
+    state = {"katas": {}}
+    for section, key, value in found:
+        trial = {"katas": {}, **({"round": value} if section == "round" else {section: {key: value}})}
+        try:
+            check_shape(trial)
+        except (ValueError, KeyError, TypeError):
+            continue
+        if section == "round":
+            state.setdefault("round", value)
+        else:
+            state.setdefault(section, {}).setdefault(key, value)
+    return state
+
+
+def parts_in(text: str):
+    """(section, key, object) for each `"key": {...}` in the text that decodes alone and looks like a part."""
+    decoder = json.JSONDecoder()
+    for m in re.finditer(r'"([^"\\]{1,100})"\s*:\s*(?=\{)', text):
+        try:
+            value, _ = decoder.raw_decode(text, m.end())
+        except ValueError:
+            continue
+        for section, key_pattern, field in PARTS:
+            if isinstance(value, dict) and field in value and re.fullmatch(key_pattern, m[1]):
+                yield section, m[1], value
+                break
+
+
+def kept(state: dict) -> str:
+    """What a salvaged state holds, in words."""
+    parts = [f"{len(state[s])} {s.rstrip('s') if len(state[s]) == 1 else s} ({', '.join(sorted(state[s]))})"
+             for s in ("katas", "drills") if state.get(s)]
+    parts += [f"{len(state['classes'])} bug class(es)"] if state.get("classes") else []
+    parts += ["the open mock round"] if state.get("round") else []
+    return "kept what could be read of it: " + "; ".join(parts) if parts else "nothing in it could be read"
+
+
+def set_aside(why: str, salvaged: dict) -> None:
+    """Rename the unusable state file to a name no other set-aside file has, write what was salvaged of it in its
+    place, and say so (under the lock)."""
     path = state_path()
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     aside, i = path.with_name(f"state.json.corrupt-{stamp}"), 2
@@ -146,8 +215,10 @@ def set_aside(why: str) -> None:
     except OSError as err:
         raise UserError(f"progress file {shown(path)} is unreadable ({why}) and cannot be set aside "
                         f"({err.strerror}); move it away yourself") from None
-    log.warning(f"progress file {shown(path)} was unreadable ({why}); set aside as {aside.name}, starting "
-                f"fresh. Your work files are untouched.")
+    if salvaged != {"katas": {}}:
+        save(salvaged)
+    log.warning(f"progress file {shown(path)} was unreadable ({why}); set aside as {aside.name}, {kept(salvaged)}. "
+                f"Your work files are untouched.")
 
 
 @contextlib.contextmanager
@@ -182,8 +253,7 @@ def load() -> dict:
     with locked():
         state, why = read()  # another command may have set it aside meanwhile
         if why is not None:
-            set_aside(why)
-            state = {"katas": {}}
+            set_aside(why, state)
     return state
 
 
@@ -194,7 +264,7 @@ def update():
     with locked():
         state, why = read()
         if why is not None:
-            set_aside(why)
+            set_aside(why, state)
         before = json.dumps(state, sort_keys=True)
         yield state
         if json.dumps(state, sort_keys=True) != before:
@@ -247,11 +317,44 @@ def record_of(state: dict, kata) -> dict:
     return state["katas"].setdefault(kata.key, {"hints": 0})
 
 
-def elapsed(record: dict) -> float:
-    """Seconds since the kata was started (0 when it never was)."""
-    if "started" not in record:
-        return 0.0
-    return (datetime.now(timezone.utc) - datetime.fromisoformat(record["started"])).total_seconds()
+def active(state: dict, kata) -> dict:
+    """Note work on the kata now (a command run on it), and a save of its working copy since the last note: the
+    clock runs from one sign of work to the next, a gap over IDLE_SECONDS counting as IDLE_SECONDS. Returns the
+    kata's record."""
+    record = record_of(state, kata)
+    saved = saved_at(kata)
+    if saved and record.get("active_at") and saved > datetime.fromisoformat(record["active_at"]):
+        tick(record, saved)
+    tick(record, datetime.now(timezone.utc))
+    return record
+
+
+def tick(record: dict, at: datetime) -> None:
+    last = record.get("active_at") or record.get("started")
+    gap = (at - datetime.fromisoformat(last)).total_seconds() if last else 0.0
+    record["spent"] = record.get("spent", 0.0) + min(max(gap, 0.0), IDLE_SECONDS)
+    record["active_at"] = max(at, datetime.fromisoformat(last)).isoformat(timespec="seconds") if last else \
+        at.isoformat(timespec="seconds")
+
+
+def saved_at(kata) -> datetime | None:
+    """When the working copy was last saved (never later than now), or None when there is none."""
+    try:
+        mtime = working_copy(kata).stat().st_mtime
+    except OSError:
+        return None
+    return min(datetime.fromtimestamp(mtime, timezone.utc), datetime.now(timezone.utc))
+
+
+def elapsed(record: dict, kata=None) -> float:
+    """Seconds spent on the kata (its clock, see the module's docstring), a save of its copy seen after the last
+    command included when `kata` is given; 0 when it was never started."""
+    spent = record.get("spent", 0.0)
+    last = record.get("active_at") or record.get("started")
+    saved = saved_at(kata) if kata is not None else None
+    if last and saved and saved > datetime.fromisoformat(last):
+        spent += min((saved - datetime.fromisoformat(last)).total_seconds(), IDLE_SECONDS)
+    return spent
 
 
 # --- working copies ------------------------------------------------------------------------------------
@@ -290,6 +393,7 @@ def start(state: dict, kata) -> bool:
     if not resumed:
         restore(kata, path)
     record_of(state, kata).setdefault("started", now())
+    active(state, kata)
     return resumed
 
 
@@ -303,9 +407,9 @@ def restore(kata, path: Path) -> None:
 
 
 def reset(state: dict, kata) -> Path | None:
-    """Back up the working copy (returns the backup, None when there was none), restore the pristine kata and
-    start a fresh record; the old one goes to the record's history. Whatever is at the copy's path is kept: a
-    file is copied to backups/, anything else (a folder) moved there."""
+    """Back up the working copy (returns the backup, None when there was none) and restore the pristine kata. The
+    kata's record is kept, solved or not, with its time and hints: a reset starts the file over, not your history.
+    Whatever is at the copy's path is kept: a file is copied to backups/, anything else (a folder) moved there."""
     path = working_copy(kata)
     backup = None
     try:
@@ -318,10 +422,11 @@ def reset(state: dict, kata) -> Path | None:
                 path.rename(backup)
     except OSError as exc:
         raise cannot_write(path.parent, exc) from None
+    record = active(state, kata)  # the work up to the reset counts; the restored file is no save of yours
     restore(kata, path)
-    old = state["katas"].pop(kata.key, None)
-    history = (old or {}).pop("history", []) + ([old] if old else [])
-    state["katas"][kata.key] = {"hints": 0, "started": now(), "history": history}
+    record.setdefault("started", now())
+    record["resets"] = record.get("resets", 0) + 1
+    record["active_at"] = max(record["active_at"], datetime.now(timezone.utc).isoformat(timespec="seconds"))
     return backup
 
 
@@ -331,7 +436,7 @@ def solve(state: dict, kata) -> dict:
     """Record the kata as solved (once: the first time the checks pass) and return its record."""
     record = record_of(state, kata)
     if not record.get("solved"):
-        record["solved"], record["seconds"] = now(), elapsed(record)
+        record["solved"], record["seconds"] = now(), elapsed(record)  # the clock, noted by the check that solved it
         record["hints_before_solving"] = record["hints"]
     return record
 
@@ -378,7 +483,24 @@ def status(state: dict, kata) -> Status:
     if record.get("solved"):
         label, seconds = "solved", record["seconds"]
     elif working_copy(kata).exists():
-        label, seconds = "in progress", elapsed(record) if "started" in record else None
+        label, seconds = "in progress", elapsed(record, kata) if "started" in record else None
     else:
         label, seconds = "not started", None
     return Status(label, seconds, hints_counted(record), before, "revealed_unsolved" in record)
+
+
+def revealed(state: dict, kata) -> bool:
+    """Whether the kata's answers may be shown (a drill's recipe and codebase): solved, or revealed unsolved."""
+    record = state["katas"].get(kata.key, {})
+    return bool(record.get("solved") or record.get("revealed_unsolved")
+                or any(old.get("solved") for old in record.get("history", [])))
+
+
+def next_unsolved(state: dict, katas: list, after=None):
+    """The first kata of `katas` (in list order) that is not solved; with `after`, the first after that one,
+    wrapping round to the start. None when every one is solved."""
+    start = next((i + 1 for i, k in enumerate(katas) if after is not None and k.key == after.key), 0)
+    for k in katas[start:] + katas[:start]:
+        if not state["katas"].get(k.key, {}).get("solved") and (after is None or k.key != after.key):
+            return k
+    return None

@@ -24,7 +24,8 @@ from rich.table import Table
 from rich.text import Text
 
 from grpo_katas.catalogue import CHECK_COMPONENTS
-from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, curves_for, plot_png, series, shared_range, sparkline,
+from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, by_rank, cell, curves_for, plot_png, series, shared_range,
+                               sparkline, table_columns,
                                summarize)
 from grpo_katas.progress import shown
 
@@ -44,7 +45,7 @@ def show_notes(logger: logging.Logger) -> None:
 
 
 def fmt(v, digits=3) -> str:
-    return f"{v:.{digits}f}" if isinstance(v, (int, float)) else str(v)
+    return cell(v, digits)
 
 
 def minutes(seconds: float) -> str:
@@ -59,12 +60,85 @@ def busy(text: str):
     if not console.is_terminal:
         yield lambda note: None
         return
-    with os.fdopen(os.dup(sys.stdout.fileno()), "w") as screen:
+    with os.fdopen(os.dup(console.file.fileno()), "w") as screen:
         spinner = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                            console=Console(file=screen, highlight=False), transient=True)
         with spinner:
             task = spinner.add_task(escape(text))
             yield lambda note: spinner.update(task, description=escape(note))
+
+
+class Keys:
+    """The keys pressed while a command waits (make watch, the mock countdown). See keys()."""
+
+    def __init__(self, pressed=None):
+        self.pressed = pressed  # a queue the reader thread fills, None when stdin is not a terminal
+        self.interactive = pressed is not None
+        self.how_to_stop = "Ctrl-C or q to stop" if self.interactive else "Ctrl-C to stop"
+
+    def wait(self, seconds: float) -> str | None:
+        """A key pressed within `seconds`, or None."""
+        if self.pressed is None:
+            time.sleep(seconds)
+            return None
+        import queue
+        try:
+            return self.pressed.get(timeout=seconds)
+        except queue.Empty:
+            return None
+
+    def choose(self, allowed: str) -> str:
+        """The first of the `allowed` keys pressed (waits for one)."""
+        while True:
+            key = self.wait(3600)
+            if key and key.lower() in allowed:
+                return key.lower()
+
+
+@contextlib.contextmanager
+def keys():
+    """Keys, read from the terminal while a command waits on it, a key at a time and not echoed. Ctrl-C comes as a
+    key too, turned into this process's own KeyboardInterrupt: the terminal would send SIGINT to make as well, which
+    then ends with status 130 where stopping a watch or a countdown is a success (status 0). Ctrl-Z works as ever.
+    The terminal's settings come back on leaving (and after a stop, fg). Without a terminal, nothing changes."""
+    import queue
+    import signal
+    import termios
+    import threading
+    fd = sys.stdin.fileno() if sys.stdin is not None else -1
+    if fd < 0 or not os.isatty(fd):
+        yield Keys()
+        return
+    saved = termios.tcgetattr(fd)
+    mine = termios.tcgetattr(fd)
+    mine[3] &= ~(termios.ICANON | termios.ECHO)                   # a key at a time, not echoed
+    mine[6][termios.VINTR] = os.fpathconf(fd, "PC_VDISABLE")      # Ctrl-C is a key, not SIGINT to the group
+    mine[6][termios.VMIN], mine[6][termios.VTIME] = 1, 0
+    pressed, done = queue.Queue(), threading.Event()
+
+    def read():
+        import select
+        while not done.is_set():
+            if select.select([fd], [], [], 0.2)[0]:
+                key = os.read(fd, 1).decode(errors="replace")
+                if key == "\x03":
+                    os.kill(os.getpid(), signal.SIGINT)
+                else:
+                    pressed.put(key)
+
+    def again(signum, frame):  # after Ctrl-Z and fg the shell has put its own settings back
+        termios.tcsetattr(fd, termios.TCSANOW, mine)
+    before = signal.signal(signal.SIGCONT, again)
+    termios.tcsetattr(fd, termios.TCSANOW, mine)
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        yield Keys(pressed)
+    finally:
+        done.set()
+        reader.join(timeout=1)
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
+        signal.signal(signal.SIGCONT, before)
 
 
 # --- make kata, hint, solution ------------------------------------------------------------------------
@@ -112,28 +186,8 @@ def solution(kata, bugs: dict, healthy) -> None:
 
 # --- make run: the loop's output and the live table --------------------------------------------------------
 
-# The run table's columns: (stats key, header, digits), in the order they are drawn. A column shows once the loop
-# reports its key; keys not listed here come after these, in the order they first appear.
-RUN_COLUMNS = [("step", "step", 0), ("rank", "rank", 0), ("reward_mean", "reward", 3), ("reward_max", "max", 2),
-               ("kl", "kl", 4), ("loss", "loss", 4), ("clip_frac", "clip", 2), ("grad_norm", "gnorm", 2),
-               ("adv_std", "adv std", 2), ("completion_len", "len", 1), ("ratio_dev", "|r-1|", 3),
-               ("seconds", "s/step", 2)]
-# A loop's own timing of a step: the runner's seconds (s/step) measure every loop alike, and one time column is enough.
-TIME_KEYS = {"dt", "time", "step_time", "elapsed", "dt_ms", "time_ms"}
 MAX_ROWS = 40       # a longer run shows every k-th step (and the latest), so the table fits a screen
 OUTPUT_LINES = 20   # lines of the loop's output shown per step: a print in a hot loop cannot flood the screen
-
-
-def by_rank(row: dict) -> list:
-    """A data-parallel step (rank 0's stats as key, rank r's as key@r) as one row per rank, so the table keeps
-    one column per metric however many ranks there are."""
-    ranks = sorted({int(k.rsplit("@", 1)[1]) for k in row if re.fullmatch(r".+@\d+", k)})
-    if not ranks:
-        return [row]
-    rows = [{"step": row.get("step"), "rank": 0, **{k: v for k, v in row.items() if "@" not in k and k != "step"}}]
-    for r in ranks:
-        rows.append({"step": "", "rank": r, **{k[: -len(f"@{r}")]: v for k, v in row.items() if k.endswith(f"@{r}")}})
-    return rows
 
 
 def _table(columns: list, rows: list) -> Table:
@@ -152,9 +206,7 @@ def run_table(rows: list, title: str, width: int | None = None, cited=()):
     are dropped whole and named in one line above the table."""
     width = width or console.width
     rows = [r for row in rows for r in by_rank(row)]
-    known = {key for key, _, _ in RUN_COLUMNS}
-    extra = list(dict.fromkeys(k for r in rows for k in r if k not in known and k not in TIME_KEYS))
-    columns = [c for c in RUN_COLUMNS if any(c[0] in r for r in rows)] + [(k, k, 3) for k in extra]
+    columns = table_columns(rows)
     first = [c for c in columns if c[0] in ("step", "rank")] + [c for c in columns if c[0] in cited]
     kept = []
     for c in list(dict.fromkeys(first + columns)):
@@ -176,20 +228,37 @@ def cited_metrics(kata) -> list:
 
 
 def run_settings(event: dict) -> str:
-    """The runner's config event as one line: what the run is, and the settings it takes that the file's
-    GRPOConfig would not (the practice settings and the run's own)."""
+    """The runner's config event as one line: what the run is (task, seed, steps, ranks, the model and where it
+    runs), and the settings it takes that the file's GRPOConfig would not (the practice settings and the run's own)."""
     ranks = f", {event.get('nproc')} ranks" if event.get("nproc", 1) > 1 else ""
+    name = event.get("model", "")
+    name = shown(Path(name)) if name.startswith("/") else name  # a folder of the repository as you typed it
+    model = f", {name} on {event.get('device', 'cpu')}" if name else ""
     changed = " ".join(f"{k}={v}" for k, v in (event.get("changed") or {}).items())
-    return (f"{event.get('task')} task, seed {event.get('seed')}, {event.get('steps')} steps{ranks}; GRPOConfig: "
-            + (f"the file's defaults but {changed}" if changed else "the file's defaults"))
+    return (f"{event.get('task')} task, seed {event.get('seed')}, {event.get('steps')} steps{ranks}{model}; "
+            "GRPOConfig: " + (f"the file's defaults but {changed}" if changed else "the file's defaults"))
+
+
+ALIVE_EVERY = 30  # seconds between the plain lines that say a long step is alive when the output is not a terminal
+
+
+def alive_text(alive, path: Path) -> Text:
+    """A step that takes long, in one line: how long, the CPU it used against its budget, and where the loop is."""
+    frames = loop_frames(alive.stack, path)
+    where = f", at {Path(frames[-1][0]).name}:{frames[-1][1]} in {frames[-1][2]}" if frames else ""
+    return Text(f"step {alive.step}: {alive.seconds:.0f} s so far, {alive.cpu:.1f} of {alive.budget:g} CPU-s{where}",
+                style="yellow")
 
 
 def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> tuple:
     """Draw a run as it goes: what the loop prints, each line marked with the step it printed in (at most
-    OUTPUT_LINES a step), above a live table of the steps. Returns (the steps' stats, the runner's last event)."""
+    OUTPUT_LINES a step), above a live table of the steps, and below it, while a step takes long, how long, the CPU
+    it used and where the loop is (on a terminal; otherwise a line every ALIVE_EVERY seconds). Returns (the steps'
+    stats, the runner's last event)."""
     history, last, every = [], None, -(-steps // MAX_ROWS)
-    seen = {"shown": 0, "dropped": 0}
+    seen = {"shown": 0, "dropped": 0, "alive_at": 0.0}
     live = Live(console=console, refresh_per_second=8)
+    table = None
 
     def say_dropped():
         if seen["dropped"]:
@@ -208,23 +277,83 @@ def live_run(run, title: str, steps: int, cited=(), log: str | None = None) -> t
                 else:
                     seen["dropped"] += 1
                 continue
+            if kind == "alive":
+                status = alive_text(item, run.path)
+                if console.is_terminal:
+                    live.update(Group(table, status) if table is not None else status)
+                    live.start()
+                elif item.seconds - seen["alive_at"] >= ALIVE_EVERY:
+                    seen["alive_at"] = item.seconds
+                    console.print(status)
+                continue
             last = item
             if item["event"] == "config":
                 live.console.print(Text(run_settings(item), style="dim"))
             if item["event"] == "step":
                 say_dropped()
+                seen["alive_at"] = 0.0
                 history.append({k: v for k, v in item.items() if k != "event"})
                 shown_rows = [h for h in history if h["step"] % every == 0 or h["step"] == 1]
                 if shown_rows[-1] is not history[-1]:
                     shown_rows.append(history[-1])
-                live.update(run_table(shown_rows, title, cited=cited))
+                table = run_table(shown_rows, title, cited=cited)
+                live.update(table)
                 live.start()  # does nothing once started
     finally:
         say_dropped()
+        if table is not None:
+            live.update(table)  # the last step's table, without a status line
         live.stop()
     if history:
         console.print()
     return history, last
+
+
+def loop_frames(stack: str, path: Path) -> list:
+    """(file, line, function) of each frame in the loop's file, outermost first, in a stack faulthandler dumped:
+    of the thread whose stack holds the loop's file (the main thread; torch has others)."""
+    threads = [re.findall(r'^  File "(.+)", line (\d+) in (.+)$', block, re.MULTILINE)
+               for block in re.split(r"^(?:Current thread|Thread) .*$", stack or "", flags=re.MULTILINE)]
+    mine = [[(shown(Path(f)), int(n), fn) for f, n, fn in frames if Path(f).resolve() == path.resolve()]
+            for frames in threads]
+    return list(reversed(max(mine, key=len, default=[])))
+
+
+def stack_report(stack: str, path: Path) -> None:
+    """Where the loop was, as a traceback lists it (outermost first), with each line's source."""
+    import linecache
+    frames = loop_frames(stack, path)
+    if not frames:
+        console.print("[dim](where it was could not be read: it was not in your file's code)[/]")
+        return
+    lines = ["Stack of your loop (most recent call last):"]
+    for file, line, function in frames:
+        lines.append(f'  File "{file}", line {line}, in {function}')
+        code = linecache.getline(str(path), line).strip()
+        if code:
+            lines.append(f"    {code}")
+    console.print(Text("\n".join(lines)))
+
+
+def stopped_report(event: dict, path: Path, budget_flag: str) -> None:
+    """A run stopped over its budget, or interrupted: why, and where the loop was."""
+    if event["event"] == "hung":
+        console.print(Text(f"your loop was stopped in step {event['step']}: {event['why']}, a step's budget "
+                           f"({budget_flag}{event['budget']:g}; a larger one lets it run longer)", style="bold red"))
+        stack_report(event.get("stack", ""), path)
+        return
+    if event.get("traceback"):  # the runner's own account of where Ctrl-C found the loop
+        file, _, line = event["where"].rpartition(":")
+        mine = file and Path(file).resolve() == path.resolve()
+        console.print(Text(f"interrupted; your loop was at {shown(Path(file))}:{line}" if mine else "interrupted",
+                           style="bold"))
+        if mine:
+            lines = event["traceback"].rstrip("\n").splitlines()
+            console.print(Text("\n".join([line for line in lines if not line.startswith("KeyboardInterrupt")][-40:])))
+        return
+    console.print(Text(f"interrupted in step {event['step']}; your loop did not stop on Ctrl-C, so it was ended",
+                       style="bold"))
+    stack_report(event.get("stack", ""), path)
 
 
 def crash_report(event: dict) -> None:
@@ -277,10 +406,12 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
     """Sparklines of your run and the healthy one, a row per curve on a shared scale, sized to the terminal."""
     ranks = ranks_of(history)
     mine, ref = over_ranks(history), over_ranks(reference)
-    width = max(16, min(40, (console.width - 22) // 2))
+    names = max(len(name) for _, name, _ in which) + 2  # the first column, indented by 2
+    width = max(16, min(40, (console.width - names - 4) // 2))  # two sparklines and the gaps left of each
     title = f"curves, first -> last 5-step mean ({NOT_FINITE}: not finite)" + \
         (f"; each the mean over the {ranks} ranks" if ranks > 1 else "")
-    table = Table("", f"{label} (yours)", "healthy (the same code, no bugs)", box=None, padding=(0, 2))
+    healthy = "healthy (the same code, no bugs)" if width >= 32 else "healthy (no bugs)"
+    table = Table("", f"{label} (yours)", healthy, box=None, padding=(0, 0, 0, 2), pad_edge=True)
     for key, name, digits in which:
         a, b = series(mine, key, steps, width), series(ref, key, steps, width)
         lo, hi = shared_range(a, b)
@@ -290,8 +421,8 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
                 cells.append(Text("not reported", style="dim"))
                 continue
             s = summarize(run, key)
-            cells.append(Text(sparkline(values, lo, hi), style=style) + Text(f"\n{s.first:.{digits}f} -> "
-                                                                             f"{s.last:.{digits}f}"))
+            cells.append(Text(sparkline(values, lo, hi), style=style) + Text(f"\n{cell(s.first, digits)} -> "
+                                                                             f"{cell(s.last, digits)}"))
         table.add_row(name, *cells)
     console.print(title)
     console.print(table)
@@ -306,14 +437,18 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
 
 # --- make check --------------------------------------------------------------------------------------
 
-def check_report(results: dict, title: str, kata=None, fixed=(), run_skipped: str = "") -> int:
-    """The check table, then how many checks pass (and, for a kata, how many of its bugs are fixed); returns the
-    number of checks that fail. `run_skipped` says why the brief's run was not judged (a file without a kata)."""
+def check_report(results: dict, title: str, kata=None, fixed=(), every: bool = False, component=None,
+                 run_skipped: str = "") -> int:
+    """The check table (one component's row with `component`), with `every` each failing check and its message
+    below it, then how many checks pass (and, for a whole kata, how many of its bugs are fixed); returns the number
+    of checks that fail. `run_skipped` says why the brief's run was not judged (a file without a kata)."""
     console.print(check_table(results, title, run_skipped))
-    failed = sum(not r.passed for r in results.values())
-    count = f"{len(results) - failed} of {len(results)} checks pass"
+    failed = sorted(c for c, r in results.items() if not r.passed)
+    if every and failed:
+        console.print(failing_checks(results, failed))
+    count = f"{len(results) - len(failed)} of {len(results)} {component + ' ' if component else ''}checks pass"
     console.print(f"{len(fixed)} of {len(kata.bugs)} bugs fixed; {count}" if kata else count)
-    return failed
+    return len(failed)
 
 
 def check_table(results: dict, title: str, run_skipped: str = "") -> Table:
@@ -322,8 +457,9 @@ def check_table(results: dict, title: str, run_skipped: str = "") -> Table:
         table.add_column(col, overflow="fold")
     for comp in CHECK_COMPONENTS:
         mine = {c: r for c, r in results.items() if c.component == comp}
-        if comp == "run" and not mine:  # the brief's run: judged only for a kata
-            table.add_row(comp, "-", "[yellow]skipped[/]", escape(run_skipped or "not judged"))
+        if not mine:  # a component that was not run (make check COMPONENT=...), or a file's run without a brief
+            if comp == "run" and run_skipped:
+                table.add_row(comp, "-", "[yellow]skipped[/]", escape(run_skipped))
             continue
         failed = [r for r in mine.values() if not r.passed]
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
@@ -332,11 +468,81 @@ def check_table(results: dict, title: str, run_skipped: str = "") -> Table:
     return table
 
 
+def failing_checks(results: dict, failed: list) -> Table:
+    """Every failing check (make check ALL=1), by component, with what it observed."""
+    table = Table("failing check", "what it observed", title=f"every failing check ({len(failed)})", box=box.SIMPLE,
+                  show_lines=False)
+    table.columns[0].overflow = table.columns[1].overflow = "fold"
+    for c in failed:
+        table.add_row(str(c), escape(results[c].message))
+    return table
+
+
+CHECK_SCHEMA = "grpo-katas/check/1"
+
+
+def check_json(results: dict, path, seed: int, component, kata=None, fixed=None, record=None) -> str:
+    """`make check FORMAT=json`: the verdict as one JSON object, schema CHECK_SCHEMA (README: The checks' JSON)."""
+    import json
+    order = sorted(results)
+    comps = [{"name": comp, "passed": sum(results[c].passed for c in order if c.component == comp),
+              "total": sum(c.component == comp for c in order)} for comp in CHECK_COMPONENTS
+             if any(c.component == comp for c in order)]
+    out = {"schema": CHECK_SCHEMA, "target": shown(path), "kata": kata.key if kata else None, "seed": seed,
+           "component": component, "passed": sum(results[c].passed for c in order), "total": len(order),
+           "bugs": {"planted": len(kata.bugs), "fixed": len(fixed)} if kata and fixed is not None else None,
+           "solved": bool(record) if kata and fixed is not None else None,
+           "seconds": round(record["seconds"], 1) if record else None,
+           "components": comps,
+           "checks": [{"id": str(c), "component": c.component, "name": c.name, "passed": results[c].passed,
+                       "message": results[c].message, "kind": results[c].kind} for c in order]}
+    return json.dumps(out, indent=1, ensure_ascii=False)
+
+
 # --- make list, stats ----------------------------------------------------------------------------------
 
-def kata_list(katas: list, statuses: list) -> None:
-    table = Table("N", "kata", "tier", "time box", "status", "time", "hints")
-    solved = 0
+def span(seconds: float) -> str:
+    """A time spent, short: 45 s, 12 min, 1 h 05 min."""
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    m = int(seconds // 60)
+    return f"{m} min" if m < 60 else f"{m // 60} h {m % 60:02d} min"
+
+
+def compact_table(**kwargs) -> Table:
+    """A table without borders, one space between columns: the most room for what is in it."""
+    return Table(box=box.SIMPLE_HEAD, padding=(0, 1, 0, 0), pad_edge=False, show_edge=False, **kwargs)
+
+
+def fitted(table: Table, rows: list, elastic: int, width: int) -> Table:
+    """`table` with its `rows` (lists of cells), column `elastic` given what the others leave of `width` (at least
+    8: a cell wider is cut with an ellipsis), and the others as wide as their widest cell."""
+    widths = [max(Text.from_markup(str(r[i])).cell_len for r in [[c.header for c in table.columns], *rows])
+              for i in range(len(table.columns))]
+    others = sum(w for i, w in enumerate(widths) if i != elastic) + 2 * (len(widths) - 1)  # a divider and a space
+    table.columns[elastic].max_width = max(8, min(widths[elastic], width - others))
+    for r in rows:
+        table.add_row(*r)
+    return table
+
+
+def kata_list(katas: list, statuses: list, filtered: bool = False, idle_minutes: int = 10) -> None:
+    """Every kata (and drill) with its tier, codebase (a drill's once solved or revealed), bugs, time box, your
+    status, time spent and hints, in the terminal's width: a title that does not fit is cut with an ellipsis."""
+    if not katas:
+        console.print("no kata matches" + (" (a drill whose codebase is hidden is left out)" if filtered else ""))
+        return
+    table = compact_table()
+    table.add_column("N", justify="right", no_wrap=True)
+    table.add_column("kata", no_wrap=True, overflow="ellipsis")
+    for name in ("tier", "codebase"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("bugs", justify="right", no_wrap=True)
+    table.add_column("box", justify="right", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("hints", justify="right", no_wrap=True)
+    rows, solved = [], 0
     colour = {"solved": "green", "in progress": "yellow", "not started": "default"}
     for k, s in zip(katas, statuses):
         solved += s.label == "solved" or s.solved_before_reset
@@ -345,51 +551,62 @@ def kata_list(katas: list, statuses: list) -> None:
             label += " (solved before a reset)"
         if s.revealed_early:
             label += " [red](solution revealed first)[/]" if s.label == "solved" else " [red](solution revealed)[/]"
-        table.add_row(str(k.number), escape(k.title), k.tier, f"{k.minutes} min", label,
-                      minutes(s.seconds) if s.seconds is not None else "", str(s.hints or ""))
-    console.print(table)
+        open_ = not k.drill or s.label == "solved" or s.revealed_early or s.solved_before_reset
+        rows.append([k.key, escape(k.title), k.tier, k.codebase if open_ else "?", str(len(k.bugs)),
+                     f"{k.minutes} min", label, span(s.seconds) if s.seconds is not None else "", str(s.hints or "")])
+    console.print(fitted(table, rows, 1, console.width))
     bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
                    console=console)
     bar.add_task("", total=len(katas), completed=solved)
     bar.start()
     bar.stop()
+    console.print(f"[dim]time spent: from your commands and saves; a pause over {idle_minutes} min "
+                  f"counts as {idle_minutes}[/]")
 
 
 def stats_table(rows: list, bugs: dict) -> None:
     if not rows:
         console.print("no drill finished yet: `make drill` draws one (stats come from solved or revealed drills)")
         return
-    table = Table("bug class", "component", "attempts", "solved", "median time", "box", "next due")
-    for b, attempts, rate, median, due, box_ in rows:
-        table.add_row(b, bugs[b].component if b in bugs else "?", str(attempts), f"{rate:.0%}",
-                      minutes(median) if median is not None else "", str(box_), due[:10])
-    console.print(table)
+    table = compact_table()
+    table.add_column("bug class", no_wrap=True, overflow="ellipsis")
+    table.add_column("component", no_wrap=True)
+    for name in ("tries", "solved", "median", "box"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("next due", no_wrap=True)
+    cells = [[b, bugs[b].component if b in bugs else "?", str(attempts), f"{rate:.0%}",
+              span(median) if median is not None else "", str(box_), due[:10]]
+             for b, attempts, rate, median, due, box_ in rows]
+    console.print(fitted(table, cells, 0, console.width))
 
 
 # --- mock rounds ---------------------------------------------------------------------------------------
 
 def countdown(kata_key, total_minutes: float, used) -> None:
     """A live clock (`used()` gives the seconds on it) with a nudge at half time and at the end, and no cut-off;
-    returns on Ctrl-C."""
+    returns on Ctrl-C (or q on a terminal)."""
     total = float(total_minutes) * 60
     said = set()
-    console.print("the clock runs until Ctrl-C; the round stays open until `make mock-end`")
-    try:
-        with Live(console=console, refresh_per_second=2, transient=True) as live:
-            while True:
-                spent = used()
-                left = total - spent
-                if spent >= total / 2 and "half" not in said:
-                    said.add("half")
-                    live.console.print(f"[yellow]half time: {minutes(total / 2)} used, {minutes(left)} left[/]")
-                if left <= 0 and "end" not in said:
-                    said.add("end")
-                    live.console.print("[bold red]time is up[/]: the interviewer decides whether to go on")
-                clock = f"{minutes(left)} left" if left > 0 else f"[red]{minutes(-left)} over[/]"
-                live.update(Panel(clock, title=f"kata {kata_key}", expand=False))
-                time.sleep(0.25)
-    except KeyboardInterrupt:
-        return
+    with keys() as pressed:
+        console.print(f"the clock runs until {pressed.how_to_stop.replace(' to stop', '')}; the round stays open "
+                      f"until `make mock-end`")
+        try:
+            with Live(console=console, refresh_per_second=2, transient=True) as live:
+                while True:
+                    spent = used()
+                    left = total - spent
+                    if spent >= total / 2 and "half" not in said:
+                        said.add("half")
+                        live.console.print(f"[yellow]half time: {minutes(total / 2)} used, {minutes(left)} left[/]")
+                    if left <= 0 and "end" not in said:
+                        said.add("end")
+                        live.console.print("[bold red]time is up[/]: the interviewer decides whether to go on")
+                    clock = f"{minutes(left)} left" if left > 0 else f"[red]{minutes(-left)} over[/]"
+                    live.update(Panel(clock, title=f"kata {kata_key}", expand=False))
+                    if pressed.wait(0.25) == "q":
+                        return
+        except KeyboardInterrupt:
+            return
 
 
 def interviewer_sheet(kata, bugs: dict, rubric: list) -> None:

@@ -1,7 +1,7 @@
 """Run a loop file for a short training and report what happens as JSON lines on a channel of its own.
 
     python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
-                                     [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M]
+                                     [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M] [--stack-file F]
 
 The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
 reference it is compared with. Stdout and stderr belong to the loop: whatever it prints is left there for the
@@ -9,18 +9,23 @@ caller to show. The runner's events go to file descriptor N (a pipe of the calle
 to stdout when none is given. With --ack-fd M the runner waits after each event until the caller answers on M,
 which it does once it has read everything printed before the event: so the caller can tell which step each line
 was printed in, though the two travel apart (the wait is not counted in the step's seconds). Events:
-{"event": "config", "task", "seed", "steps", "nproc", "changed"} first (what the run is; changed: each GRPOConfig
-field set otherwise than the file's defaults, as text), {"event": "step", ...stats} (with the seconds the step
-took), {"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be loaded or the
-settings are wrong, its own GRPOConfig's refusal of a --set included; with "setting" and "problem" when RunConfig
-refused one) and {"event": "crash", "type", "message", "where", "code",
-"traceback"} (the loop's own code raised; the traceback starts at the first frame in the loop's file).
+{"event": "config", "task", "seed", "steps", "nproc", "model", "device", "changed"} first (what the run is; changed:
+each GRPOConfig field set otherwise than the file's defaults, as text), {"event": "step", ...stats} (with the
+seconds the step took), {"event": "done", "steps": n}, {"event": "error", "message": ...} (the file cannot be
+loaded or the settings are wrong, its own GRPOConfig's refusal of a --set included; with "setting" and "problem"
+when RunConfig refused one), {"event": "crash", "type", "message", "where", "code", "traceback"} (the loop's own
+code raised; the traceback starts at the first frame in the loop's file) and
+{"event": "interrupted", "where", "code", "traceback"} (Ctrl-C: where the loop was). With --stack-file F, SIGUSR1
+makes the runner (and each data-parallel rank) append its Python stack to F (faulthandler: even a loop stuck in C
+code answers), which is how the caller shows where a long step is and where a hung one was stopped.
 """
 import argparse
 import dataclasses
+import faulthandler
 import json
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -29,7 +34,8 @@ from pathlib import Path
 import torch
 
 from grpo_katas.loader import TargetError, load_target
-from grpo_katas.runs import ConfigError, RankFailed, RunConfig, drive, drive_ranks, grpo_config, parse_overrides
+from grpo_katas.runs import (ConfigError, RankFailed, RunConfig, drive, drive_ranks, grpo_config, parse_overrides,
+                             resolve_device)
 
 events, ack = sys.stdout, None  # the channel, and the caller's answers; main() sets them from the flags
 waited = 0.0  # seconds spent waiting for the caller since the last step
@@ -92,7 +98,9 @@ def settings(grpo, run: RunConfig) -> dict:
     cfg, default = grpo_config(grpo, run), grpo.GRPOConfig()
     changed = {f.name: repr(getattr(cfg, f.name)) for f in dataclasses.fields(cfg)
                if getattr(cfg, f.name) != getattr(default, f.name, None)}
-    return {"task": run.task, "seed": run.seed, "steps": run.steps, "nproc": run.nproc, "changed": changed}
+    model = run.hf_model or f"the lab model ({run.model.n_layer}x{run.model.d_model})"
+    return {"task": run.task, "seed": run.seed, "steps": run.steps, "nproc": run.nproc, "model": model,
+            "device": str(resolve_device(run.device)), "changed": changed}
 
 
 def their_traceback(exc: BaseException, path: Path) -> str:
@@ -142,7 +150,11 @@ def main(argv=None) -> int:
                         help="the file descriptor to write events to (default: stdout, shared with the loop's prints)")
     parser.add_argument("--ack-fd", type=int, default=None,
                         help="a file descriptor to wait on after each event, for one byte from the caller")
+    parser.add_argument("--stack-file", default=None,
+                        help="on SIGUSR1, append the Python stack to this file (the caller asks where a long step is)")
     args = parser.parse_args(argv)
+    if args.stack_file:  # opened to append: the caller empties the file before it asks
+        faulthandler.register(signal.SIGUSR1, file=open(args.stack_file, "a"), all_threads=True)
     if args.events_fd is not None:
         events = os.fdopen(args.events_fd, "w")
     ack = args.ack_fd
@@ -157,6 +169,7 @@ def main(argv=None) -> int:
         run = RunConfig(steps=args.steps, seed=args.seed, nproc=args.nproc, task=args.task, hf_model=args.hf_model,
                         device=args.device or ("auto" if args.hf_model else "cpu"),
                         grpo=parse_overrides(args.set, grpo.GRPOConfig))
+        resolve_device(run.device)  # cuda where torch sees none: refused before the run starts
     except ConfigError as exc:
         emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
         return 2
@@ -176,6 +189,11 @@ def main(argv=None) -> int:
     except ConfigError as exc:  # building the run (a model that cannot load), before the loop's code runs
         emit("error", message=str(exc), setting=exc.setting, problem=exc.problem)
         return 2
+    except KeyboardInterrupt as exc:  # Ctrl-C: where the loop was, for the caller to say
+        trace = their_traceback(exc, path)
+        where, code = crash_site(trace, path)
+        emit("interrupted", where=where, code=code, traceback=trace)
+        return 130
     except BaseException as exc:  # the candidate's code: show it as their error, with their traceback
         trace = their_traceback(exc, path)
         where, code = crash_site(trace, path)

@@ -219,12 +219,21 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def lab_dtype(device: torch.device) -> torch.dtype:
+    """The lab model's dtype on `device`: float64 on the CPU, so that a run prints the same digits on every CPU (in
+    float32 the last bits of the initial weights and of every sum depend on the CPU's vector width, and 40 steps of
+    sampling and Adam amplify them; in float64 two CPUs part by about 1e-11 after 40 steps), float32 on a GPU, where
+    float64 is slow."""
+    return torch.float64 if device.type == "cpu" else torch.float32
+
+
 def build(run: RunConfig, device: torch.device) -> tuple:
-    """(policy, task): the lab model initialised from the run's seed, on `device`, and the run's task; or the
-    Hugging Face model run.hf_model behind the lab model's interface (lab/hf.py) and the text task."""
+    """(policy, task): the lab model initialised from the run's seed, on `device` in lab_dtype(device), and the
+    run's task; or the Hugging Face model run.hf_model behind the lab model's interface (lab/hf.py) and the text
+    task."""
     torch.manual_seed(run.seed)
     if not run.hf_model:
-        return TinyLM(run.model).to(device), make_task(run.task)
+        return TinyLM(run.model, dtype=lab_dtype(device)).to(device), make_task(run.task)
     from lab.hf import load
     from lab.text import make_text_task
     try:  # no transformers, no such model: one line

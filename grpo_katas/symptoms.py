@@ -24,21 +24,24 @@ settings and asserts that each symptom shows:
                                 # names (`SET=temperature=0.7`); the brief's run is then not where it shows
     bugs = ["kl-k1"]            # the bugs whose effect it is (a kata of one bug: that bug); with this bug
                                 # fixed and the others left in, the symptom must not show
-    says = "about 2.7"          # optional: the kata's value as the brief prints it, and the run it is compared
-    says_against = "0.42"       # with: "X" (rounds to X), "about X" (within 15%), "under X", "over X"
+    says = "2.7431"             # optional: the kata's reading as the brief prints it, and the reading it is
+    says_against = "0.4216"     # compared with: the number `make run` prints, at the metric's digits; where the
+                                # kernel paths print different numbers, a bound: "about X", "under X", "over X"
 
     [[probe]]                   # a bug no run shows: what the first hint has the candidate look at
     bugs = ["sampling-with-grad"]
     look = "requires_grad"      # words of the first hint rung
     why = "sampling with autograd on changes no number a run logs"
 
-A symptom is its bugs' effect, not a seed's luck: verify checks each one at the brief's seed under several of
-torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the CPU has it: their last bits
-differ, and 40 steps of sampling and training amplify them), and over several seeds, of which it must hold at
-all but one in five (4 of 0-4). The numbers a brief prints (says) are checked at the brief's seed on every kernel
-path, so they hold on any CPU at the precision printed. Every bug of a kata is reachable: a symptom of the
-brief's run or of a probe run shows it (healing that bug alone makes the symptom go), or a [[probe]] names where
-to look in the first hint.
+A symptom is its bugs' effect, not a seed's luck: verify checks each one at the brief's seed under each of
+torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the CPU has it), and over several
+seeds, of which it must hold at all but one in five (4 of 0-4). Practice runs compute in float64 (runs.lab_dtype),
+so the kernel paths part only in bits far below the digits a run prints: the numbers a brief prints (says) are
+exactly what `make run` prints, at the metric's digits (curves.DIGITS), and the proof requires that every kernel
+path prints them (a run whose dynamics amplify a last bit into other tokens late in a run, as two katas' bugs do,
+is the exception: where the paths print different numbers, the brief prints a bound that holds for each); the brief's run is recorded in the kata's run.txt (record.py), and every kernel path must print
+that table too. Every bug of a kata is reachable: a symptom of the brief's run or of a probe run shows it (healing
+that bug alone makes the symptom go), or a [[probe]] names where to look in the first hint.
 
 A kernel path is fixed when torch is imported, so each is a process of its own: the runs a check needs are
 shared out over child processes (this module, --compute) under each path, and kept in .cache/symptoms/
@@ -68,6 +71,8 @@ import torch
 
 from grpo_katas import ROOT
 from grpo_katas.catalogue import CODEBASES, codebase_source, find_kata, load_bugs, load_katas, plant
+from grpo_katas import record
+from grpo_katas.curves import cell, digits
 from grpo_katas.runs import RunConfig, drive, drive_ranks
 
 METRICS = ["reward_mean", "reward_max", "kl", "loss", "clip_frac", "grad_norm", "adv_std", "completion_len",
@@ -350,56 +355,67 @@ def describe(symptom: dict) -> str:
 
 # --- the numbers a brief prints ---------------------------------------------------------------------------
 
-QUOTE = re.compile(r"(about |under |below |less than |over |above |more than )?(-?\d+(?:\.\d+)?)")
+def quote(value: float | None, metric: str) -> str:
+    """A reading as `make run` prints it: at the metric's digits (curves.DIGITS; its curve's first and last 5-step
+    means and the table's rows print the same), "none" where the run has no value."""
+    return "none" if value is None else cell(value, digits(metric))
+
+
+def quotes(symptom: dict) -> list:
+    """(the brief's text, the metric it reads) of each number a symptom says: the kata's reading (says) and the
+    reading it is compared with (says_against, of the against metric where the symptom names one)."""
+    metric = symptom.get("metric", "")
+    other = symptom.get("against", {}).get("metric", metric)
+    return [(text, m) for text, m in ((symptom.get("says"), metric), (symptom.get("says_against"), other))
+            if text is not None]
+
+
+BOUND = re.compile(r"(about|under|over) (-?\d+(?:\.\d+)?)")
 
 
 def reads(text: str, value: float | None) -> bool:
-    """Does `value` read as the brief's `text`: "0.42" (rounds to it at the digits printed), "about 2.7" (within
-    15%), "under 0.05" (below, less than), "over 3" (above, more than)?"""
-    m = QUOTE.fullmatch(text.strip())
-    if m is None:
-        raise ValueError(f"{text!r} is not a number a brief can print (X, about X, under X, over X)")
-    if value is None or not math.isfinite(value):
+    """Does a bound a brief prints hold for `value`: "about X" (within 15%), "under X", "over X"?"""
+    m = BOUND.fullmatch(text.strip())
+    if m is None or value is None or not math.isfinite(value):
         return False
-    how, number = (m.group(1) or "").strip(), float(m.group(2))
-    if how == "about":
-        return abs(value - number) <= ABOUT * abs(number)
-    if how in ("under", "below", "less than"):
-        return value < number
-    if how in ("over", "above", "more than"):
-        return value > number
-    digits = len(m.group(2).partition(".")[2])
-    return round(value, digits) == number or abs(value - number) <= 0.5 * 10 ** -digits + 1e-12
+    how, number = m.group(1), float(m.group(2))
+    return {"about": abs(value - number) <= ABOUT * abs(number), "under": value < number,
+            "over": value > number}[how]
 
 
-def suggest(values: list, bound: str = "over") -> str:
-    """How a brief can print a reading so that it reads true for every value given (the brief's seed under each
-    kernel path; for a window late in a run, whose last bits 40 steps amplify, every seed too): the value where
-    they agree to two significant digits, else "about X", else a bound ("over X" or "under X")."""
+def says_problems(symptom: dict, read: dict) -> list:
+    """What is wrong with the numbers a symptom says, given its readings at the brief's seed under each kernel path
+    (read: path -> (kata's value, compared value)). Where every path prints the same number the brief prints it,
+    exactly; where the paths print different numbers (a run whose dynamics amplify a last bit), the brief prints a
+    bound that holds for each of them: about X (within 15%), under X, over X."""
+    out = []
+    sides = (0, 1) if symptom.get("says") is not None else (1,)
+    for (text, metric), side in zip(quotes(symptom), sides):
+        values = {path: pair[side] for path, pair in read.items()}
+        shown = {path: quote(v, metric) for path, v in values.items()}
+        printed = ", ".join(f"{v} under {path}" for path, v in shown.items())
+        if len(set(shown.values())) <= 1:
+            if shown and text != next(iter(shown.values())):
+                out.append(f"the brief says {text!r}, the run prints {printed}")
+        elif not all(reads(text, v) for v in values.values()):
+            out.append(f"the brief says {text!r}, and the kernel paths print different numbers ({printed}): it must "
+                       f"be a bound that holds for each, such as {suggest(list(values.values()), metric)!r}")
+    return out
+
+
+def suggest(values: list, metric: str, bound: str = "over") -> str:
+    """What a brief can print for a reading whose value under each kernel path is in `values`: the number as the
+    run prints it where every path prints the same; else "about X" where that holds for each, else a bound."""
     values = [v for v in values if v is not None and math.isfinite(v)]
-    if not values:
-        return "-"
-    lo, hi, mid = min(values), max(values), (min(values) + max(values)) / 2
-    for text in (plain(values[0]), f"about {plain(mid)}"):
-        if all(reads(text, v) for v in values):
-            return text
-    if bound == "over":
-        return f"over {plain(lo * 0.9 if lo > 0 else lo * 1.1)}"
-    return f"under {plain(hi * 1.1 if hi > 0 else hi * 0.9)}"
-
-
-def early(symptom: dict) -> bool:
-    """Is the symptom's window in a run's first steps, before 40 steps of sampling amplify a kernel's last bits?"""
-    window = symptom.get("window", "last")
-    return window == "first" or isinstance(window, int) and window <= WINDOW
-
-
-def plain(x: float, digits: int = 2) -> str:
-    """x to two significant digits, written out: 0.0061, 2.7, 110."""
-    if x == 0:
-        return "0"
-    places = digits - 1 - math.floor(math.log10(abs(x)))
-    return f"{round(x, places):.{max(0, places)}f}"
+    shown = sorted({quote(v, metric) for v in values})
+    if len(shown) <= 1:
+        return shown[0] if shown else "none"
+    lo, hi = min(values), max(values)
+    mid = quote((lo + hi) / 2, metric)
+    if all(reads(f"about {mid}", v) for v in values):
+        return f"about {mid}"
+    return f"over {quote(lo * 0.9 if lo > 0 else lo * 1.1, metric)}" if bound == "over" else \
+        f"under {quote(hi * 1.1 if hi > 0 else hi * 0.9, metric)}"
 
 
 # --- the proof ----------------------------------------------------------------------------------------------
@@ -469,6 +485,8 @@ def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True) 
         wanted.setdefault(name, []).extend([mine] + ([other] if other else []))
 
     for k in katas:
+        for name in dict.fromkeys([native, *kernels]):  # the brief's run as its record holds it, on each path
+            wanted.setdefault(name, []).extend(record.runs_of(k).values())
         for i, s in enumerate(k.symptoms):
             for seed in seeds:
                 want(native, s, k, seed)
@@ -490,7 +508,7 @@ def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = Fal
           healed: bool | None = None, log=lambda line: None) -> list:
     """The problems with the katas' symptoms: each must show at the brief's seed on this kernel path and on each
     of `kernels`, and at needed(len(seeds)) of `seeds` (None: the brief's seed only); the numbers the brief prints
-    must read true at its seed on every path; every bug must be shown by a symptom or named by a probe; and, when
+    must be what the run prints at its seed on every path, and so must the table of its record (record.py); every bug must be shown by a symptom or named by a probe; and, when
     `healed` (default: when seeds are given, the full proof), a symptom must go away with a bug it names healed."""
     native = kernel()
     healed = seeds is not None if healed is None else healed
@@ -501,7 +519,12 @@ def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = Fal
     store.fetch(wanted, processes)
     for name, why in store.skipped.items():
         log(f"symptoms: the {name} kernel path is skipped: {why}")
-    return judge(katas, evals, store, seeds, native)
+    out = judge(katas, evals, store, seeds, native)
+    for k in katas:  # the brief's run prints its recorded table on every path
+        for name in dict.fromkeys([native, *kernels]):
+            if name not in store.skipped:
+                out += record.differences(k, record.tables_of(k, store, name), f"the {name} kernel path")
+    return out
 
 
 def judge(katas, evals, store, seeds, native) -> list:
@@ -513,7 +536,7 @@ def judge(katas, evals, store, seeds, native) -> list:
         out += coverage_problems(k, bugs)
         for i, s in enumerate(k.symptoms):
             name = f"{k.name}: symptom {i + 1} ({describe(s)})"
-            swept = {}
+            swept, read = {}, {}  # read: kernel path -> (kata's value, compared value) at the brief's seed
             for what, kk, j, seed, kname, healed in evals:
                 if kk is not k or j != i or kname in store.skipped:
                     continue
@@ -526,13 +549,11 @@ def judge(katas, evals, store, seeds, native) -> list:
                     if not ok:
                         out.append(f"{name} does not show at the brief's seed {k.run['seed']} under the {kname} "
                                    f"kernels: {seen}")
-                    for text, value in ((s.get("says"), a), (s.get("says_against"), b)):
-                        if text is not None and not reads(text, value):
-                            out.append(f"{name}: the brief says {text!r}, the run under the {kname} kernels shows "
-                                       f"{fmt(value)} ({seen})")
+                    read[kname] = (a, b)
                 if what == "healed" and ok:
                     out.append(f"{name} still shows with {healed[0]} fixed (the other bugs left in), so it is not "
                                f"that bug's effect: {seen}")
+            out += [f"{name}: {p}" for p in says_problems(s, read)]
             if len(seeds) > 1:
                 held = [sd for sd, (ok, _) in swept.items() if ok]
                 if len(held) < needed(len(swept)):
@@ -558,11 +579,11 @@ def report(kata, seeds, store: Store, kernels=()) -> str:
         at_brief += [c[3] for c in cells[len(seeds):]]
         held = sum(ok for _, ok, _, _ in cells[:len(seeds)])
         spec = {k: v for k, v in s.items() if k not in ("metric", "relation")}
-        read = at_brief if early(s) else [c[3] for c in cells]  # late in a run, a kernel path is as good as a seed
+        other = s.get("against", {}).get("metric", s.get("metric", ""))
         bound = "under" if s["relation"] == "below" else "over"
-        says = f"; can say {suggest([a for a, _ in read], bound)!r} against " \
-               f"{suggest([b for _, b in read], 'over' if bound == 'under' else 'under')!r}" \
-            if read and s["relation"] not in ("crash", "nonfinite") else ""
+        says = f"; can say {suggest([a for a, _ in at_brief], s.get('metric', ''), bound)!r} against " \
+               f"{suggest([b for _, b in at_brief], other, 'over' if bound == 'under' else 'under')!r}" \
+            if at_brief and s["relation"] not in ("crash", "nonfinite") else ""
         lines.append(f"  symptom {i + 1} {describe(s)} {spec}: holds at {held}/{len(seeds)}{says}")
         lines += [f"      {where:18s} {'ok' if ok else 'NO'}  {seen}" for where, ok, seen, _ in cells]
     lines.append(f"  {'metric':16s} {'window':6s} " + " ".join(f"{'seed ' + str(sd):>17s}" for sd in seeds))

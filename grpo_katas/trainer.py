@@ -1,7 +1,7 @@
 """`make train`: the reference GRPO loop as a trainer you would run.
 
     python -m grpo_katas.trainer [--task sum] [--steps 200] [--device auto|cpu|cuda] [--set beta=0.1 ...]
-                                 [--out runs/x] [--resume] [--compile] [--nproc 2]
+                                 [--out runs/x] [--resume] [--compile] [--nproc 2] [--eval-every K] [--samples N]
     torchrun --nproc_per_node 2 -m grpo_katas.trainer ...    (what --nproc 2 runs)
 
 Data-parallel under torchrun (gloo on the CPU, NCCL on CUDA, one GPU per rank): every rank draws its own
@@ -15,12 +15,18 @@ from that file, not copied) and adds what a run needs around them: the device (C
 autocast on CUDA (log-softmax stays in float32 inside the reference), the lab model's KV cache for sampling,
 an optional torch.compile, atomic checkpoints with exact resume, metrics as JSON lines, and a live display.
 Its settings are a runs.RunConfig, the same as `make run`'s, and its steps are the reference train()'s steps.
-The Trainer class logs plain dicts; rich is used only by main(), at the edge.
+Around the steps, as TRL's GRPOTrainer reports a run: a held-out evaluation every K steps and at the end (the mean
+reward on prompts of a stream no training step draws from, the same prompts each time, sampled at the run's
+temperature with a generator of their own, so training is unchanged by it), a few completions in the log (and in
+OUT/samples.jsonl), the metrics to TensorBoard (OUT/tensorboard) where tensorboard is installed, and, for a
+Hugging Face model, the trained model and its tokenizer saved with save_pretrained in OUT/model (a folder MODEL=
+takes again). The Trainer class logs plain dicts; rich is used only by main(), at the edge.
 """
 import argparse
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import shutil
 import signal
@@ -45,10 +51,18 @@ def save_atomic(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
-class Trainer:
-    """The reference's train() taken apart, so that a run can be checkpointed and resumed between steps."""
+EVAL_SEED = 1_000_003  # the held-out prompts' stream, apart from every training stream (seed + rank)
 
-    def __init__(self, run: RunConfig, out: Path | None = None):
+
+class Trainer:
+    """The reference's train() taken apart, so that a run can be checkpointed and resumed between steps.
+
+    How it reports (never what a step does, so a resumed run may change it): `eval_every` steps between held-out
+    evaluations (0: none), on `eval_prompts` prompts; `samples` completions kept every `log_every` steps;
+    `writer`, a TensorBoard SummaryWriter (or anything with add_scalar and close) for the metrics."""
+
+    def __init__(self, run: RunConfig, out: Path | None = None, *, eval_every: int = 0, eval_prompts: int = 16,
+                 samples: int = 0, log_every: int = 0, writer=None):
         self.grpo = load_target(REFERENCE)
         self.run = run
         self.cfg = grpo_config(self.grpo, run)
@@ -60,6 +74,9 @@ class Trainer:
         self.prompt_gen = torch.Generator().manual_seed(run.seed + self.rank)
         self.sample_gen = torch.Generator(device=self.device).manual_seed(run.seed + self.rank)
         self.step, self.stopped = 0, False
+        self.eval_every, self.eval_prompts, self.writer = eval_every, eval_prompts, writer
+        self.n_samples, self.log_every = samples, log_every or max(1, run.steps // 10)
+        self.rollout, self.rewards, self.last_samples, self.sampled_at = None, None, [], 0
         learner = self.policy
         if self.world > 1:  # gradients averaged over the ranks; the reference stays a local copy
             from torch.nn.parallel import DistributedDataParallel
@@ -81,6 +98,7 @@ class Trainer:
                                          self.cfg, eos_id=self.task.eos_id, pad_id=self.task.pad_id,
                                          generator=self.sample_gen)
         rewards = self.task.reward(rollout).to(self.device)                                   # (N,)
+        self.rollout, self.rewards = rollout, rewards  # for samples()
         with self.autocast():
             stats = self.grpo.grpo_step(self.scorer, self.ref, self.optimizer, rollout, rewards, self.cfg)
         self.step += 1
@@ -152,7 +170,8 @@ class Trainer:
 
     def fit(self, on_step=lambda stats: None, stop=lambda: False) -> list:
         """Train up to run.steps, writing metrics and checkpoints under out when there is one. `stop()` is asked
-        after each step (every rank must agree, so all ask); when it says so, the run checkpoints and returns."""
+        after each step (every rank must agree, so all ask); when it says so, the run checkpoints and returns. A
+        step's stats hold eval_reward_mean on an evaluation step; samples.jsonl and the writer get what they take."""
         history = []
         writes = self.out is not None and self.rank == 0
         if writes:
@@ -160,18 +179,78 @@ class Trainer:
             (self.out / "config.json").write_text(json.dumps(self.config(), indent=1))
         while self.step < self.run.steps:
             stats = self.train_step()
+            self.stopped = self.agree(stop())
+            last = self.step == self.run.steps or self.stopped
+            if self.rank == 0 and self.eval_every and (self.step % self.eval_every == 0 or last):
+                stats["eval_reward_mean"] = self.evaluate()
+            if self.rank == 0 and self.n_samples and (self.step % self.log_every == 0 or last):
+                self.last_samples, self.sampled_at = self.samples(self.n_samples), self.step
             history.append(stats)
             if writes:
-                with open(self.out / "metrics.jsonl", "a") as f:
-                    f.write(json.dumps(stats) + "\n")
-            self.stopped = self.agree(stop())
-            if self.out is not None and (self.step % self.run.checkpoint_every == 0 or self.step == self.run.steps
-                                         or self.stopped):
+                self.write(stats)
+            if self.out is not None and (self.step % self.run.checkpoint_every == 0 or last):
                 self.checkpoint()
             on_step(stats)
             if self.stopped:
                 break
+        if writes and history:
+            self.save_model()
+        if self.writer is not None:
+            self.writer.close()
         return history
+
+    def write(self, stats: dict) -> None:
+        """A step's metrics to metrics.jsonl (and the writer), its samples to samples.jsonl."""
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(stats) + "\n")
+        if self.last_samples and self.sampled_at == self.step:
+            with open(self.out / "samples.jsonl", "a") as f:
+                for sample in self.last_samples:
+                    f.write(json.dumps({"step": self.step, **sample}) + "\n")
+        if self.writer is not None:
+            for key, value in stats.items():
+                if key != "step" and isinstance(value, (int, float)) and math.isfinite(value):
+                    tag = "eval/reward_mean" if key == "eval_reward_mean" else f"train/{key}"
+                    self.writer.add_scalar(tag, value, self.step)
+
+    def evaluate(self) -> float:
+        """The mean reward on held-out prompts: `eval_prompts` of them from a stream no training step draws from
+        (EVAL_SEED + seed: the same prompts at every evaluation, so the numbers compare), group_size samples each
+        at the run's temperature, with generators of their own, under no_grad; the training's state is untouched.
+        (The lab tasks have few distinct prompts, so there held-out means another draw; the word problems are new
+        problems.)"""
+        prompt_gen = torch.Generator().manual_seed(EVAL_SEED + self.run.seed)
+        sample_gen = torch.Generator(device=self.device).manual_seed(EVAL_SEED + self.run.seed)
+        prompt_ids, prompt_mask = self.task.sample_prompts(self.eval_prompts, prompt_gen)   # (B, P)
+        with torch.no_grad(), self.autocast():
+            rollout = self.grpo.generate(self.policy, prompt_ids.to(self.device), prompt_mask.to(self.device),
+                                         self.cfg, eos_id=self.task.eos_id, pad_id=self.task.pad_id,
+                                         generator=sample_gen)
+        return self.task.reward(rollout).float().mean().item()
+
+    def samples(self, k: int) -> list:
+        """The first completion of each of the last step's first k groups: {prompt, completion, reward}."""
+        if self.rollout is None:
+            return []
+        out = []
+        for row in range(0, min(k * self.cfg.group_size, self.rollout.input_ids.shape[0]), self.cfg.group_size):
+            prompt, completion = texts(self.task, self.rollout, row)
+            out.append({"prompt": prompt, "completion": completion, "reward": round(self.rewards[row].item(), 4)})
+        return out
+
+    def save_model(self) -> None:
+        """A Hugging Face model and its tokenizer to out/model with save_pretrained (a new folder replaces the
+        old one only once it is whole); the lab model has its checkpoint.pt."""
+        model = getattr(self.policy, "model", None)
+        if model is None or not hasattr(model, "save_pretrained"):
+            return
+        tmp, final = self.out / ".model-saving", self.out / "model"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save_pretrained(tmp)
+        if getattr(self.policy, "tokenizer", None) is not None:
+            self.policy.tokenizer.save_pretrained(tmp)
+        shutil.rmtree(final, ignore_errors=True)
+        os.replace(tmp, final)
 
     def agree(self, flag: bool) -> bool:
         """True on every rank when any rank's flag is (one tiny all-reduce on several ranks)."""
@@ -183,14 +262,32 @@ class Trainer:
         return bool(t.item())
 
 
+def texts(task, rollout, row: int) -> tuple:
+    """(prompt, completion) of one rollout row as text: through a text task's tokenizer, else the lab's characters
+    ($ for EOS); the completion up to its first EOS."""
+    P = rollout.prompt_len
+    prompt = [t for t in rollout.input_ids[row, :P].tolist() if t != task.pad_id]
+    completion = rollout.input_ids[row, P:].tolist()
+    if task.eos_id in completion:
+        completion = completion[:completion.index(task.eos_id) + 1]
+    tokenizer = getattr(task, "tokenizer", None)
+    if tokenizer is not None:
+        return (tokenizer.decode(prompt, skip_special_tokens=True).strip(),
+                tokenizer.decode(completion, skip_special_tokens=True).strip())
+    from lab.tasks import decode
+    return decode(prompt), decode(completion)
+
+
 def load_checkpoint(path: Path) -> dict:
     try:
         state = torch.load(path, weights_only=False)
         state["config"]["run"], state["config"]["grpo"]  # a checkpoint of another shape is as good as damaged
         return state
     except Exception as exc:  # torch says "PytorchStreamReader failed ..." and the like; say what to do
-        raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated; "
-                         f"delete it to start the run afresh, or resume from a copy of a good one") from None
+        raise ValueError(f"{path} cannot be read ({type(exc).__name__}): it is damaged or truncated, so this run "
+                         f"cannot be resumed; put a good copy of it in its place and resume again, or start the run "
+                         f"afresh: move the folder aside (mv {path.parent} {path.parent}.damaged) and run without "
+                         f"--resume (RESUME=)") from None
 
 
 def join_ranks(device: torch.device) -> tuple:
@@ -237,6 +334,9 @@ def check_out(out: Path, resume: bool) -> None:
             raise ValueError(f"--resume needs --out pointing at a run with a checkpoint.pt; {out} has none")
     elif out.is_dir() and any(out.iterdir()):
         holds = sorted(p.name for p in out.iterdir() if p.name in ("checkpoint.pt", "metrics.jsonl", "config.json"))
+        if holds and "checkpoint.pt" not in holds:
+            raise ValueError(f"--out {out} holds a run with no checkpoint to resume ({', '.join(holds)}); give a new "
+                             f"folder, or move this one aside (mv {out} {out}.old) to start again in it")
         raise ValueError(f"--out {out} is not empty" + (f" (it holds a run: {', '.join(holds)}); continue it with "
                                                         f"--resume (RESUME=1), or" if holds else ";")
                          + " give a new folder, so that nothing is overwritten")
@@ -272,9 +372,16 @@ def given_model(a) -> dict:
     return {k: getattr(a, k) for k in MODEL_HELP if getattr(a, k) is not None}
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a mistake in the flags as one line and exit status 2 (not the usage first)."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}; `{self.prog} --help` says more\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m grpo_katas.trainer",
-                                description="train the reference GRPO loop on a lab task, with a live display")
+    p = Parser(prog="python -m grpo_katas.trainer",
+               description="train the reference GRPO loop on a lab task, with a live display")
     practice = " ".join(f"{k}={v}" for k, v in PRACTICE_GRPO.items())
     for f in dataclasses.fields(RunConfig):
         flag = "--" + f.name.replace("_", "-")
@@ -298,6 +405,14 @@ def parser() -> argparse.ArgumentParser:
                    help="continue the run in --out exactly where its checkpoint left it, as it was set up (--steps "
                         "sets a new target; other settings are refused): after a crash or Ctrl-C, or to train "
                         "longer (--resume=no or 0 means no)")
+    p.add_argument("--eval-every", type=int, default=None, metavar="K",
+                   help="steps between held-out evaluations, and one at the end: the mean reward on prompts no "
+                        "training step draws (default: a tenth of the steps; 0: none), TRL's eval_steps")
+    p.add_argument("--eval-prompts", type=int, default=16, metavar="B",
+                   help="held-out prompts per evaluation, group_size samples each (default 16)")
+    p.add_argument("--samples", type=int, default=2, metavar="N",
+                   help="completions shown with each log line and kept in OUT/samples.jsonl (default 2; 0: none), "
+                        "TRL's log_completions: to read what the model says, not only its reward")
     return p
 
 
@@ -368,13 +483,18 @@ def main(argv=None) -> int:
     if a.resume and a.out is None:
         console.print("[red]error:[/] --resume needs --out pointing at a run with a checkpoint.pt")
         return 2
+    for flag, value, low in (("--eval-every", a.eval_every, 0), ("--eval-prompts", a.eval_prompts, 1),
+                             ("--samples", a.samples, 0)):
+        if value is not None and value < low:
+            console.print(f"[red]error:[/] {flag} must be at least {low}, got {value}", soft_wrap=True)
+            return 2
     try:
         trainer = setup(a)
     except ConfigError as exc:
-        console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}")
+        console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}", soft_wrap=True)
         return 2
     except (ValueError, TypeError) as exc:
-        console.print(f"[red]error:[/] {escape(str(exc))}")
+        console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         return 2
     except KeyboardInterrupt:
         console.print("interrupted before the first step; nothing was written")
@@ -384,8 +504,12 @@ def main(argv=None) -> int:
                   + f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "
                   f"G={trainer.cfg.group_size}, model "
                   + (escape(run.hf_model) if run.hf_model else f"{run.model.n_layer}x{run.model.d_model}"))
-    cols = [TextColumn("step {task.completed:.0f}/{task.total:.0f}"), BarColumn(),
+    report_as(trainer, a, console)
+    bar_width = max(5, min(20, console.width // 8))
+    cols = [TextColumn("step {task.completed:.0f}/{task.total:.0f}"), BarColumn(bar_width=bar_width),
             TextColumn("{task.fields[line]}"), TimeRemainingColumn()]
+    # what the line beside the bar may take: the width less the step count, the bar, the time left and the gaps
+    room = console.width - len(f"step {run.steps}/{run.steps}") - bar_width - len("0:00:00") - 4
     start, asked = time.perf_counter(), []
 
     def on_ctrl_c(signum, frame):  # the first Ctrl-C ends the run after this step, checkpointed; a second at once
@@ -400,17 +524,71 @@ def main(argv=None) -> int:
             bar = progress.add_task("train", total=run.steps, completed=trainer.step, line="")
 
             def show(s):
-                line = (f"reward {s['reward_mean']:.3f} (max {s['reward_max']:.2f}) | kl {s['kl']:.4f} | "
-                        f"loss {s['loss']:+.4f} | clip {s['clip_frac']:.2f} | {s['tokens_per_s']:,.0f} tok/s")
-                progress.update(bar, completed=s["step"], line=line)
-                if s["step"] % max(1, run.steps // 10) == 0:
-                    progress.console.print(f"step {s['step']:4d} | {line}")
+                progress.update(bar, completed=s["step"], line=status_line(s, room))
+                if s["step"] % trainer.log_every == 0 or "eval_reward_mean" in s or s["step"] == run.steps:
+                    for line in log_lines(s, trainer, console.width):
+                        progress.console.print(line, markup=False)
 
             history = trainer.fit(show, stop=lambda: bool(asked) or os.path.exists(os.environ.get(STOP_FILE, "")))
     except KeyboardInterrupt:
         console.print(f"stopped at once during step {trainer.step + 1}" + left_behind(trainer.out))
         return 130
     return report(console, trainer, history, time.perf_counter() - start)
+
+
+def report_as(trainer: "Trainer", a, console) -> None:
+    """The reporting the flags ask for: evaluations, samples, and TensorBoard where OUT is given (or a note)."""
+    trainer.eval_every = max(1, trainer.run.steps // 10) if a.eval_every is None else a.eval_every
+    trainer.eval_prompts, trainer.n_samples = a.eval_prompts, a.samples
+    if trainer.out is not None and trainer.rank == 0:
+        trainer.writer, note = tensorboard_writer(trainer.out / "tensorboard")
+        if note:
+            console.print(note, style="dim", markup=False)
+
+
+def tensorboard_writer(folder: Path) -> tuple:
+    """(a SummaryWriter that logs to `folder`, None) where tensorboard is installed, else (None, a one-line note)."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None, ("TensorBoard: not installed, so no event files (pip install tensorboard to have them); "
+                      "metrics.jsonl holds the same numbers")
+    return SummaryWriter(log_dir=str(folder)), None
+
+
+# The fields of the line beside the progress bar, in the order they are dropped last to first when it is too wide.
+STATUS_FIELDS = [("reward_mean", "reward {:.3f}"), ("kl", "kl {:.4f}"), ("loss", "loss {:+.4f}"),
+                 ("reward_max", "max {:.2f}"), ("clip_frac", "clip {:.2f}"), ("tokens_per_s", "{:,.0f} tok/s")]
+
+
+def status_line(s: dict, room: int) -> str:
+    """A step's numbers in at most `room` characters: as many of STATUS_FIELDS, in order, as fit."""
+    line = ""
+    for key, form in STATUS_FIELDS:
+        if key not in s:
+            continue
+        trial = (line + " | " if line else "") + form.format(s[key])
+        if len(trial) > room:
+            break
+        line = trial
+    return line
+
+
+def log_lines(s: dict, trainer: "Trainer", width: int) -> list:
+    """The lines a logged step prints, each within `width`: its numbers, the held-out reward on an evaluation
+    step, and the completions sampled at it."""
+    lines = [f"step {s['step']:4d} | " + status_line(s, width - 12)]
+    if "eval_reward_mean" in s:
+        lines.append(cut(f"           held-out reward {s['eval_reward_mean']:.3f} ({trainer.eval_prompts} prompts x "
+                         f"{trainer.cfg.group_size})", width))
+    if trainer.sampled_at == s["step"]:
+        lines += [cut(f"           {x['prompt'][-40:]!r} -> {x['completion']!r} (reward {x['reward']:.2f})", width)
+                  for x in trainer.last_samples]
+    return lines
+
+
+def cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def left_behind(out: Path | None) -> str:
@@ -445,10 +623,15 @@ def report(console, trainer: "Trainer", history: list, seconds: float) -> int:
                   f"{seconds:.1f} s this session); "
                   + (f"5-step mean reached {run.target_reward} at step {s.reached}" if s.reached else
                      f"5-step mean never reached {run.target_reward}"))
+    evals = [(h["step"], h["eval_reward_mean"]) for h in history if "eval_reward_mean" in h]
+    if evals:
+        console.print(f"held-out reward {evals[0][1]:.3f} (step {evals[0][0]}) -> {evals[-1][1]:.3f} (step "
+                      f"{evals[-1][0]}), {trainer.eval_prompts} prompts x {trainer.cfg.group_size} samples")
     if out is not None:
         drawn = plot_png({"reference": history}, out / "curve.png", f"make train: {run.task}")
-        console.print(f"written to {out}: config.json, metrics.jsonl, checkpoint.pt"
-                      + (", curve.png" if drawn else f" ({escape(PLOT_HINT)})"))
+        kept = [name for name in ("config.json", "metrics.jsonl", "samples.jsonl", "checkpoint.pt", "model/",
+                                  "tensorboard/") if (out / name).exists()]
+        console.print(f"written to {out}: {', '.join(kept)}" + (", curve.png" if drawn else f" ({escape(PLOT_HINT)})"))
     if trainer.stopped:
         console.print(f"stopped at step {trainer.step} of {run.steps}"
                       + (f"; continue with --out {out} --resume (make train OUT=... RESUME=1)" if out else ""))

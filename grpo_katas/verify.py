@@ -1,19 +1,16 @@
-"""Prove that the checks bite: `make verify` (the whole proof; .ci/run runs it fresh) and `make test`'s tier of it.
+"""Prove that the checks bite: `make verify` (the whole proof; .ci/run runs it fresh) and `make test`'s static tier.
 
-    python -m grpo_katas.verify [--tier full|test] [--fresh] [--seeds 0 1 2] [--codebase NAME]
+    python -m grpo_katas.verify [--tier full|static] [--fresh] [--seeds 0 1 2] [--codebase NAME]
 
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
-Two tiers apply the same rules to every codebase and every kata; they differ in how much they judge:
-  full  (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
-        and 2, and every symptom at seeds 0-4 on each CPU kernel path (default, avx2, and avx512 where the CPU has it);
-  test  (make test): every bug planted alone once, in the codebase rotation() gives it, the checks at seed 0, and
-        every symptom at its kata's own [run] seed on this machine's own kernel path (the one make run takes).
-The rotation is deterministic: a bug that a one-bug kata plants is proven in that kata's codebase (the planted file
-is the kata's file, judged once); every other bug, in katas/bugs.toml's order, goes to whichever codebase it plants
-in has been given the fewest bugs so far (ties in CODEBASES' order: paper, trainer, script, core), so each codebase
-proves about a quarter of the bugs alone. The static rules (an edit still applies, no tell, no unused name) hold for
-every planting in both tiers.
+  full    (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
+          and 2, every symptom at seeds 0-4 and at the brief's seed on each CPU kernel path (default, avx2, and
+          avx512 where the CPU has it), and every kata's recorded run (run.txt) printed alike on each path;
+  static  (make test): the rules that need no run and no verdict, for every planting and every kata: an edit still
+          applies, no tell, no unused name, no structural tell, a kata is its codebase plus its bugs, every bug is
+          reachable from its brief or first hint, every kata has its recorded run. The tests then reproduce a kata
+          of each codebase against its record (tests/test_record.py).
 
 The hidden checks run through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are split
 over one judge process per CPU core, each with one worker that loads its share of the targets once and serves every
@@ -30,8 +27,7 @@ and that bug planted alone in its codebase) are judged once. Then, for every cod
     itself a reference or a corrected loop, or says where it comes from (a style line, a path into solutions/,
     the repository it is modelled on);
 and overall:
-  - every check is failed by at least one bug (no dead checks; in the test tier, a check that no judged bug fails
-    must be declared by a planting the full tier judges);
+  - every check is failed by at least one bug (no dead checks);
   - the verdicts are identical across the seeds (no flaky check);
   - every failure is the check's own assertion or a contract call that failed, never an exception raised by
     the checks' own code;
@@ -60,7 +56,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -85,17 +80,16 @@ JUDGE_FILES = ("checks", "lab", "grpo_katas/judge", "conftest.py", "grpo_katas/m
 
 @dataclass(frozen=True)
 class Tier:
-    """How much a proof judges; both tiers judge every codebase and every kata and apply every rule."""
+    """How much a proof judges; every tier applies every static rule to every planting and every kata."""
     name: str
-    seeds: tuple                  # the checks' base seeds
-    every_codebase: bool          # each bug alone in every codebase it plants in, or once, where rotation() puts it
+    seeds: tuple                  # the checks' base seeds; none: nothing is judged and nothing is run
     symptom_seeds: tuple | None   # the seeds of the symptom runs; None: each kata's own [run] seed (the brief's)
     kernels: tuple                # the CPU kernel paths besides this machine's own (ATEN_CPU_CAPABILITY); avx512
                                   # where the CPU has it
 
 
-TIERS = {"full": Tier("full", SEEDS, True, SYMPTOM_SEEDS, ("default", "avx2", "avx512")),
-         "test": Tier("test", (0,), False, None, ())}  # this machine's own kernel path only; CI runs every path
+TIERS = {"full": Tier("full", SEEDS, SYMPTOM_SEEDS, ("default", "avx2", "avx512")),
+         "static": Tier("static", (), None, ())}
 
 
 def has_avx512() -> bool:
@@ -104,20 +98,6 @@ def has_avx512() -> bool:
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.backends.cpu.get_cpu_capability())"],
                            env=env, capture_output=True, text=True)
     return "AVX512" in probe.stdout
-
-
-def rotation(bugs: dict, katas: list) -> dict:
-    """bug id -> the one codebase the test tier plants it in alone (the rule is in the module's docstring)."""
-    where = {}
-    for kata in katas:
-        if len(kata.bugs) == 1 and kata.bugs[0] in bugs:
-            where.setdefault(kata.bugs[0], kata.codebase)
-    given = Counter(where.values())
-    for bug in bugs.values():
-        if bug.id not in where and bug.edits:
-            name = min((c for c in CODEBASES if bug.applies_to(c)), key=lambda c: given[c])  # first of the fewest
-            where[bug.id], given[name] = name, given[name] + 1
-    return where
 
 
 class VerdictCache:
@@ -372,7 +352,7 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> di
     return targets
 
 
-def judge_verdicts(bugs, katas, first, problems, codebases, judged) -> list:
+def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
     checks = sorted(first[f"codebase:{codebases[0]}"])
     for name in codebases:
         if failing(first[f"codebase:{name}"]):
@@ -392,10 +372,7 @@ def judge_verdicts(bugs, katas, first, problems, codebases, judged) -> list:
         if got != f2p:
             problems.append(f"{kata.name}: FAIL_TO_PASS {sorted(map(str, f2p))} but fails {sorted(map(str, got))}")
     bug_targets = [k for k in first if "@" in k]
-    # a check no judged bug fails is dead, unless a planting this tier leaves to the full one declares it
-    unjudged = {c for b in bugs.values() for name in codebases if b.applies_to(name) and (b.id, name) not in judged
-                for c in b.checks_in(name)}
-    dead = [c for c in checks if not any(c in failing(first[k]) for k in bug_targets) and c not in unjudged]
+    dead = [c for c in checks if not any(c in failing(first[k]) for k in bug_targets)]
     problems += [f"dead check: no bug fails {c}" for c in dead]
     for name, result in first.items():
         for c, v in result.items():
@@ -427,55 +404,76 @@ def catalogue_rules(bugs, katas, problems) -> None:
             problems.append(f"{k.name}: an interview round on the {k.codebase} codebase, which a warm-up uses")
 
 
+def static_problems(katas) -> list:
+    """What the symptoms and the records require without a run: every bug of a kata reachable from its brief or
+    first hint, and a recorded run (run.txt) of its brief's run with a table on each side."""
+    from grpo_katas import record, symptoms
+    bugs, out = load_bugs(), []
+    for k in katas:
+        out += symptoms.coverage_problems(k, bugs)
+        recorded = record.load(k)
+        if recorded is None or not all(len(recorded.get(side, [])) > 1 for side in record.SIDES):
+            out.append(f"{k.name}: no recorded run with both tables ({record.NAME}): python -m grpo_katas.record "
+                       f"{k.number} writes it")
+    return out
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", choices=list(TIERS), default="full",
                         help="full: every bug in every codebase, three seeds, every symptom at five seeds and each "
-                             "kernel path (make verify, CI); test: every bug once, one seed (make test)")
+                             "kernel path (make verify, CI); static: the rules that need no run (make test)")
     parser.add_argument("--fresh", action="store_true",
                         help="judge every target again, reusing no verdict from .cache/verify (CI always does)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
-                        help="base seeds of the checks' draws (default: the tier's, 0 1 2 or 0)")
+                        help="base seeds of the checks' draws (default: the full tier's, 0 1 2)")
     parser.add_argument("--processes", type=int, default=max(1, min(os.cpu_count() or 1, 4)),
                         help="parallel judges (default: one per core, at most 4)")
     parser.add_argument("--codebase", choices=list(CODEBASES), default=None,
                         help="judge only this codebase and its bugs (while writing its edits)")
     args = parser.parse_args(argv)
     level = TIERS[args.tier]
-    seeds = tuple(args.seeds) if args.seeds else level.seeds
+    seeds = tuple(args.seeds) if args.seeds and level.seeds else level.seeds
     codebases = [args.codebase] if args.codebase else list(CODEBASES)
     start = time.perf_counter()
     bugs = load_bugs()
-    every_kata = load_katas()
-    katas = every_kata if not args.codebase else []  # --codebase: the codebase and its bugs only
-    where = rotation(bugs, every_kata)
-    judged = {(b.id, name) for b in bugs.values() for name in codebases
-              if b.applies_to(name) and (level.every_codebase or where[b.id] == name)}
+    katas = load_katas() if not args.codebase else []  # --codebase: the codebase and its bugs only
+    judged = {(b.id, name) for b in bugs.values() for name in codebases if b.applies_to(name)} if seeds else set()
     problems = []
     if not args.codebase:
         catalogue_rules(bugs, katas, problems)
-    kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
-    # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
-    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+    with tempfile.TemporaryDirectory() as tmp:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
-        symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
-                               kernels=kernels) if katas else None
-        targets.update(nan_variants(codebases[0], Path(tmp)))
-        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh))
-        problems += trouble
-        print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
-              f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)
-        if symptoms:
-            problems += symptoms.result()
-            print(f"the symptoms of {len(katas)} katas ({time.perf_counter() - start:.0f} s)", flush=True)
+        if not seeds:  # the static tier: no verdict, no run
+            problems += static_problems(katas)
+            print(f"\nstatic tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
+                  f"codebases) and {len(katas)} katas: {len(problems)} problem(s) in "
+                  f"{time.perf_counter() - start:.0f} s")
+            for p in problems:
+                print(f"  FAIL {p}")
+            return 1 if problems else 0
+        kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
+        # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
+        with ThreadPoolExecutor(2) as pool:
+            symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
+                                   kernels=kernels) if katas else None
+            targets.update(nan_variants(codebases[0], Path(tmp)))
+            runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh))
+            problems += trouble
+            print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
+                  f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)",
+                  flush=True)
+            if symptoms:
+                problems += symptoms.result()
+                print(f"the symptoms and records of {len(katas)} katas ({time.perf_counter() - start:.0f} s)",
+                      flush=True)
     first = runs[seeds[0]]
     for seed in seeds[1:]:
         for name in targets:
             if failing(runs[seed].get(name, {})) != failing(first.get(name, {})):
                 diff = sorted(map(str, failing(runs[seed].get(name, {})) ^ failing(first.get(name, {}))))
                 problems.append(f"{name}: verdicts differ between seed {seeds[0]} and seed {seed} on {diff}")
-    checks = (judge_verdicts(bugs, katas, first, problems, codebases, judged) if all(t in first for t in targets)
-              else [])
+    checks = (judge_verdicts(bugs, katas, first, problems, codebases) if all(t in first for t in targets) else [])
     if checks:
         print_matrix(bugs, checks, first, codebases)
         problems += nan_problems(first)

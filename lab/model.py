@@ -6,6 +6,10 @@ Positions come from the attention mask (cumsum - 1), and pad keys are masked out
 left-padded row scores exactly like the same row unpadded. No dropout: two forward passes of the same
 weights give the same numbers, which is what makes the PPO ratio exactly 1 on the first update.
 
+`TinyLM(cfg, dtype=torch.float64)` makes its weights in float64 from the start, rather than casting float32 ones:
+torch's float32 random fills take a vectorized path on some CPUs and not on others, so the same seed gives weights
+that differ in their last bits from one CPU to the next; its float64 fills agree to within 1e-16.
+
 For fast sampling, `make_cache()` returns a KV cache; `model(new_ids, attention_mask, cache=cache)` then
 takes only the new columns while `attention_mask` covers every column seen so far (N, L_total).
 """
@@ -40,15 +44,15 @@ class KVCache:
 
 
 class Block(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, dtype=None):
         super().__init__()
         self.n_head = cfg.n_head
-        self.ln1 = nn.LayerNorm(cfg.d_model)
-        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
-        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
-        self.ln2 = nn.LayerNorm(cfg.d_model)
-        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model), nn.GELU(),
-                                 nn.Linear(4 * cfg.d_model, cfg.d_model))
+        self.ln1 = nn.LayerNorm(cfg.d_model, dtype=dtype)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, dtype=dtype)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, dtype=dtype)
+        self.ln2 = nn.LayerNorm(cfg.d_model, dtype=dtype)
+        self.mlp = nn.Sequential(nn.Linear(cfg.d_model, 4 * cfg.d_model, dtype=dtype), nn.GELU(),
+                                 nn.Linear(4 * cfg.d_model, cfg.d_model, dtype=dtype))
 
     def forward(self, x, allowed, cache=None, layer=0):
         N, Lq, D = x.shape
@@ -62,14 +66,14 @@ class Block(nn.Module):
 
 
 class TinyLM(nn.Module):
-    def __init__(self, cfg: ModelConfig = ModelConfig()):
+    def __init__(self, cfg: ModelConfig = ModelConfig(), dtype: torch.dtype | None = None):
         super().__init__()
         self.cfg = cfg
-        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos = nn.Embedding(cfg.max_len, cfg.d_model)
-        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
-        self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model, dtype=dtype)
+        self.pos = nn.Embedding(cfg.max_len, cfg.d_model, dtype=dtype)
+        self.blocks = nn.ModuleList(Block(cfg, dtype) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.d_model, dtype=dtype)
+        self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False, dtype=dtype)
 
     def make_cache(self) -> KVCache:
         return KVCache(self.cfg.n_layer)

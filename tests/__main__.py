@@ -1,20 +1,20 @@
-"""`make test`: the repository's tests but the slow ones, the checks on the reference, and the proof's test tier.
+"""`make test`: the repository's tests but the slow ones, the checks on the reference, and the proof's static tier.
 
     python -m tests [PYTEST ARGS]       # extra arguments go to each pytest run of tests/
 
 The tests run in two shards side by side (pytest tests --shard=0/2 and --shard=1/2, tests/conftest.py): the first
-one's report comes as it runs, the second's after it.
+one's report comes as it runs, the second's after it. Among them, tests/test_record.py runs a kata of each codebase
+under this CPU's kernel path and one kata under every kernel path the CPU has, and compares each table with the
+kata's recorded run digit for digit: a CPU whose digits differ is named, with the first row that differs.
 
-The proof's test tier (python -m grpo_katas.verify --tier test) judges every codebase and every kata, and every bug
-planted alone once, in a codebase that a stated rotation gives it, at one seed, and checks every symptom at its
-brief's seed; it reuses the verdicts of targets that have not changed since they were judged (.cache/verify). It
-starts first, at a lower CPU priority, and runs beside the tests: they spend much of their time waiting on the
-processes they start (a worker's CPU budget, a round's clock, a command's start-up), and the proof takes the CPU
-they leave idle. Its report follows the tests' and the checks' output. The exit status is that of the first of the
-three that failed, or 0.
+The proof's static tier (python -m grpo_katas.verify --tier static) applies the rules that need no run to every
+planting and every kata (an edit still applies, no tell, no unused name, a kata is its codebase plus its bugs, every
+bug reachable, every kata recorded). It starts first, at a lower CPU priority, beside the tests, and its report
+follows the tests' and the checks' output. The exit status is that of the first of the three that failed, or 0.
 
 CI (.ci/run) runs this, then the slow tests (`@pytest.mark.slow`: pytest -m slow tests) and the whole proof, fresh
-(make verify FRESH=1: every bug in every codebase, three seeds, every symptom at five seeds and each kernel path).
+(make verify FRESH=1: every bug in every codebase, three seeds, every symptom at five seeds and at the brief's seed
+on each kernel path, every recorded run on each kernel path).
 """
 import contextlib
 import os
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PROOF = [sys.executable, "-m", "grpo_katas.verify", "--tier", "test"]
+PROOF = [sys.executable, "-m", "grpo_katas.verify", "--tier", "static"]
 
 
 SHARDS = 2  # the tests wait on the processes they start much of the time: two side by side keep the cores busy
@@ -83,7 +83,7 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
         beside = subprocess.Popen(proof, cwd=cwd, stdout=report, stderr=subprocess.STDOUT,
                                   preexec_fn=lambda: os.nice(10))
         try:
-            print(f"the proof's test tier ({' '.join(proof[1:])}) runs beside the tests; its report comes last",
+            print(f"the proof's static tier ({' '.join(proof[1:])}) runs beside the tests; its report comes last",
                   flush=True)
             for what, cmds in parts:
                 t, c = time.monotonic(), children_cpu()
@@ -91,7 +91,7 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
             if beside.poll() is None:
                 print("\nwaiting for the proof ...", flush=True)
             code = beside.wait()
-            done.append(("the proof's test tier (from the start, beside them)", code, time.monotonic() - start,
+            done.append(("the proof's static tier (from the start, beside them)", code, time.monotonic() - start,
                          children_cpu() - cpu - sum(d[3] for d in done)))
         except KeyboardInterrupt:  # the whole process group had the SIGINT; make sure the proof is gone too
             beside.terminate()

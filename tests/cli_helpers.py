@@ -9,6 +9,12 @@ import subprocess
 import sys
 
 ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
+
+
+def n_checks() -> int:
+    """How many checks there are (each a test function in checks/): the count a check table ends with."""
+    from grpo_katas import CHECKS
+    return sum(f.read_text().count("\ndef test_") for f in CHECKS.glob("test_*.py"))
 OURS = re.compile(r'File "[^"]*/grpo_katas/')  # a traceback through the tooling: never acceptable
 
 
@@ -25,15 +31,15 @@ def cli(repo, *args, stdin=subprocess.DEVNULL, env=None):
     return r.returncode, r.stdout + r.stderr
 
 
-def make(repo, *args, timeout=300):
-    """`make ARGS` in the repository copy, whose .venv is this interpreter (fake_venv). Make reports any failed
-    command with a line of its own on stderr ("make: *** [Makefile:85: check] Error 1") and exit status 2; that
-    line is make's, so it is left out of the output returned here."""
+def make(repo, *args, timeout=300, flags=("-s",)):
+    """`make ARGS` in the repository copy, whose .venv is this interpreter (fake_venv). A command that fails ends
+    with its own line and make adds none of its own ("make: *** [Makefile:85: check] Error 1" once did): the exit
+    status through make is 0 or 1 (130 after Ctrl-C). `flags` are make's own (-s by default, as a user may not)."""
     if not (repo / ".venv" / ".installed").exists():
         fake_venv(repo)
-    r = subprocess.run(["make", "-s", *args], cwd=repo, capture_output=True, text=True, timeout=timeout, env=ENV)
-    out = "".join(l for l in (r.stdout + r.stderr).splitlines(keepends=True) if not l.startswith("make: *** "))
-    assert not ours_raised(out), out
+    r = subprocess.run(["make", *flags, *args], cwd=repo, capture_output=True, text=True, timeout=timeout, env=ENV)
+    out = r.stdout + r.stderr
+    assert not ours_raised(out) and not re.search(r"^make(\[\d+\])?: ", out, re.MULTILINE), out
     return r.returncode, out
 
 
@@ -66,15 +72,28 @@ def fake_venv(repo):
     (repo / ".venv" / ".installed").touch()
 
 
-def on_a_terminal(repo, args, until=None, module="grpo_katas.cli"):
-    """Run the CLI (or `module`) with a pseudo-terminal for its stdin, stdout and stderr; with `until`, press
-    Ctrl-C once that text shows. Returns (exit status, all it wrote)."""
+def on_a_terminal(repo, args, until=None, module="grpo_katas.cli", command=None, keys=None, columns=None,
+                  env=None):
+    """Run the CLI (or `module`, or the whole `command`: make ...) with a pseudo-terminal for its stdin, stdout and
+    stderr, which is its controlling terminal (so that a typed Ctrl-C is SIGINT to its foreground group, as in a
+    shell); with `until`, once that text shows, type `keys` ("\\x03" is Ctrl-C as typed) or, without keys, send
+    SIGINT to the group; lists of both take turns (the second text is looked for after the first was answered).
+    `columns` sets the terminal's width. Returns (exit status, all it wrote)."""
+    import fcntl
+    import struct
+    import termios
     master, slave = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=repo, env=ENV,
-                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
-                            preexec_fn=default_sigint)
+    if columns:
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+
+    def child():
+        default_sigint()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)  # the new session's controlling terminal: ^C is SIGINT to its group
+    proc = subprocess.Popen(command or [sys.executable, "-m", module, *args], cwd=repo, env={**ENV, **(env or {})},
+                            stdin=slave, stdout=slave, stderr=slave, start_new_session=True, preexec_fn=child)
     os.close(slave)
-    seen = b""
+    seen, mark = b"", 0
+    steps = list(zip(until, keys)) if isinstance(until, list) else [(until, keys)] if until else []
     while select.select([master], [], [], 120)[0]:
         try:
             data = os.read(master, 65536)
@@ -83,9 +102,19 @@ def on_a_terminal(repo, args, until=None, module="grpo_katas.cli"):
         if not data:
             break
         seen += data
-        if until and until.encode() in seen:
-            os.killpg(proc.pid, signal.SIGINT)  # as the terminal does: the whole foreground group
-            until = None
+        if steps and steps[0][0].encode() in seen[mark:]:
+            text, typed = steps.pop(0)
+            mark = seen.index(text.encode(), mark) + len(text)
+            if typed is None:
+                os.killpg(proc.pid, signal.SIGINT)  # as the terminal does: the whole foreground group
+            else:
+                os.write(master, typed.encode())
     proc.wait(timeout=60)
     os.close(master)
     return proc.returncode, seen.decode(errors="replace")
+
+
+def plain(text: str) -> str:
+    """Terminal output without its escape sequences, every line drawn kept (a live display's redraws included)."""
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
+    return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -10,7 +10,7 @@ import pytest
 
 from grpo_katas import ROOT
 from grpo_katas.catalogue import CODEBASES, find_kata
-from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, on_a_terminal, ours_raised, state
+from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, n_checks, on_a_terminal, ours_raised, plain, state
 
 
 def test_start_then_resume_never_overwrites(repo):
@@ -35,6 +35,7 @@ def test_a_copy_started_before_the_kata_was_renamed_is_still_yours(repo):
 
 @pytest.mark.timeout(180)  # two runs of the checks; the plugin's 60 s per item is meant for one check
 def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
+    import json
     cli(repo, "kata", "1")
     code, out = cli(repo, "check", "1")
     assert code == 1 and "0 of 1 bugs fixed" in out and "fail" in out
@@ -43,18 +44,21 @@ def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     code, out = cli(repo, "check", "1")
     assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out and "1 hint(s)" in out
     assert state(repo)["katas"]["1"]["solved"]
+    code, out = cli(repo, "check", "1", "--format", "json")
+    assert code == 0 and json.loads(out)["solved"] is True and json.loads(out)["bugs"] == {"planted": 1, "fixed": 1}
     cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/35 solved" in out
-    assert row(out, 1).split("│")[-2].strip() == "1" and state(repo)["katas"]["1"]["hints"] == 2
-    cli(repo, "reset", "1", "--yes")
+    assert row(out, 1).split()[-1] == "1" and state(repo)["katas"]["1"]["hints"] == 2
+    before = row(out, 1).split()
+    cli(repo, "reset", "1", "--yes")  # the file starts over; the record stays: solved, its time and hints
     code, out = cli(repo, "list")
-    assert "solved before a reset" in out and "1/35 solved" in out
+    assert row(out, 1).split()[-3:-1] == before[-3:-1] and "solved" in row(out, 1) and "1/35 solved" in out
 
 
-def row(table: str, n: int) -> str:
+def row(table: str, n) -> str:
     """Kata n's row in `make list`'s table."""
-    return next(l for l in table.splitlines() if l.startswith(f"│ {n} "))
+    return next(l for l in table.splitlines() if re.match(rf"\s*{n}\s", l))
 
 
 def test_hints_come_in_order_and_are_remembered(repo):
@@ -145,8 +149,9 @@ def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
     assert code == 0 and re.search(r"^2 ", out, re.MULTILINE)  # the table has a row for step 2
-    said = next(line for line in out.splitlines() if line.startswith("sum task, seed 0, 2 steps; GRPOConfig: "))
-    assert said.split(": ", 1)[1].startswith("the file's defaults but ") and {
+    said = next(line for line in out.splitlines() if line.startswith("sum task, seed 0, 2 steps, the lab model "
+                                                                        "(2x64) on cpu; GRPOConfig: "))
+    assert said.split("GRPOConfig: ", 1)[1].startswith("the file's defaults but ") and {
         "max_new_tokens=6", "num_iterations=2", "beta=0.5"} <= set(said.split()), said  # the practice settings, SET
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "betta=0.5")
     assert code == 2 and out.startswith("error: cannot run work/01-kl-creep/grpo.py: unknown setting 'betta'")
@@ -187,6 +192,12 @@ def test_a_crash_whose_event_is_longer_than_a_printed_line_ends_the_run(repo):
     assert code == 1 and "ValueError: long" in out
 
 
+def make_targets() -> list:
+    """The targets the Makefile names for users (its TARGETS)."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    return re.search(r"^TARGETS := (.*)$", text, re.MULTILINE)[1].split()
+
+
 def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_target():
     from grpo_katas import cli as practice, trainer
     code, out = cli(ROOT, "--help")
@@ -196,8 +207,7 @@ def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_targ
         assert len(command.description) > 60 and all(a.help for a in command._actions), name
     assert all(len(a.help) > 20 for a in trainer.parser()._actions), "a trainer flag without help"
     make = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
-    phony = next(l for l in (ROOT / "Makefile").read_text().splitlines() if l.startswith(".PHONY:")).split()[1:]
-    assert [t for t in phony if t != "help" and f"make {t}" not in make] == []
+    assert [t for t in make_targets() if t != "help" and f"make {t}" not in make] == []
 
 
 @pytest.mark.parametrize("steps", ["0", "-5"])
@@ -210,7 +220,7 @@ def test_run_refuses_a_step_count_below_one(repo, steps):
 @pytest.mark.parametrize("args", [["check", "N="], ["check"]])
 def test_make_check_without_a_kata_or_a_target_says_which_kata_instead_of_checking_the_reference(repo, args):
     code, out = make(repo, *args)
-    assert code == 2 and "which kata?" in out and "TARGET=" in out and "passed" not in out, out
+    assert code == 1 and "which kata?" in out and "TARGET=" in out and "passed" not in out, out
 
 
 @pytest.mark.parametrize("text", ['{"katas": {"1": []}}', '{"katas": {"1": {"hints": "two"}}}',
@@ -311,7 +321,8 @@ def test_the_run_table_fits_the_terminal_with_the_briefs_columns_first_and_names
     """Columns are dropped whole, never cut, the ones the brief cites last; the loop's own step time (the script
     codebase's dt) never makes a second time column."""
     from rich.console import Console
-    from grpo_katas.render import RUN_COLUMNS, run_table
+    from grpo_katas.curves import RUN_COLUMNS
+    from grpo_katas.render import run_table
     console = Console(width=width, record=True)
     console.print(run_table([ROW], "kata 14: work/14-timid-updates/grpo.py", width=width, cited=("adv_std", "kl")))
     lines = console.export_text().splitlines()
@@ -371,27 +382,28 @@ def test_run_writes_curves_it_cannot_save_as_one_line_after_the_run(repo):
 
 
 def test_check_on_any_file_prints_the_component_table_never_the_checks_source(repo):
-    code, out = make(repo, "check", "TARGET=katas/07-flat-kl/grpo.py")  # make's own status for a failure is 2
-    assert code == 2 and "component" in out and "training" in out and "45 of 46 checks pass" in out, out
+    code, out = make(repo, "check", "TARGET=katas/07-flat-kl/grpo.py")
+    assert code == 1 and "component" in out and "training" in out, out
+    assert out.strip().splitlines()[-1] == f"{n_checks() - 1} of {n_checks()} checks pass"  # the last line: ours
     assert "checks/test_" not in out and "assert " not in out and "def test" not in out
     code, out = make(repo, "check", "TARGET=katas")
-    assert code == 2 and out.strip() == "error: katas: a folder, not a file"
+    assert code == 1 and out.strip() == "error: katas: a folder, not a file"
 
 
 @pytest.mark.parametrize("force", ["no", "0", "false"])
 def test_force_no_means_no(repo, force):
     code, out = make(repo, "solution", "N=1", f"FORCE={force}")
-    assert code == 2 and "not solved yet" in out and "kl-sign-flipped" not in out
+    assert code == 1 and "not solved yet" in out and "kl-sign-flipped" not in out
     assert not (repo / "work" / "state.json").exists()  # nothing recorded
     code, out = make(repo, "solution", "N=1", "FORCE=maybe")
-    assert code == 2 and len(out.strip().splitlines()) == 1 and "'maybe'" in out
+    assert code == 1 and len(out.strip().splitlines()) == 1 and "'maybe'" in out
 
 
 def test_yes_no_means_no(repo):
     cli(repo, "kata", "1")
     copy_of(repo).write_text("my work\n")
     code, out = make(repo, "reset", "N=1", "YES=no")
-    assert code == 2 and "asks for confirmation" in out and copy_of(repo).read_text() == "my work\n"
+    assert code == 1 and "asks for confirmation" in out and copy_of(repo).read_text() == "my work\n"
 
 
 def test_a_working_copy_that_is_a_folder_is_one_line_and_reset_keeps_it(repo):
@@ -472,3 +484,373 @@ def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_no
     assert text.index("the hidden checks on") < text.index("component")
     code, text = on_a_terminal(repo, ["check", "1"], until="the hidden checks on")
     assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text
+
+
+APPLIED = {
+    "kata": {"N": '"7"'},
+    "next": {"TIER": '--tier "7"', "CODEBASE": '--codebase "7"'},
+    "run": {"N": 'run "7"', "STEPS": '--steps "7"', "SET": "--set 7", "NPROC": '--nproc "7"',
+            "MODEL": '--hf-model "7"', "TASK": '--task "7"', "SEED": '--seed "7"', "DEVICE": '--device "7"',
+            "BUDGET": '--budget "7"'},
+    "check": {"N": 'check "7"', "TARGET": '--target "7"', "SEED": '--seed "7"', "ALL": '--all="7"',
+              "COMPONENT": '--component "7"', "FORMAT": '--format "7"'},
+    "watch": {"N": 'watch "7"', "SEED": '--seed "7"', "ALL": '--all="7"', "COMPONENT": '--component "7"'},
+    "hint": {"N": 'hint "7"'},
+    "solution": {"N": 'solution "7"', "FORCE": '--force="7"'},
+    "reset": {"N": 'reset "7"', "YES": '--yes="7"'},
+    "list": {"TIER": '--tier "7"', "CODEBASE": '--codebase "7"'},
+    "drill": {"TIER": '--tier "7"', "BUGS": '--bugs "7"', "CODEBASE": '--codebase "7"', "SEED": '--seed "7"'},
+    "mock": {"N": 'mock "7"', "TIER": '--tier "7"', "MINUTES": '--minutes "7"'},
+    "mock-notes": {"N": 'mock-notes "7"'},
+    "bundle": {"N": 'bundle "7"', "OUT": '"7"'},
+    "grade": {"N": 'grade "7"', "SUBMISSION": '"7"', "OUT": '"7"', "SEED": '--seed "7"'},
+    "train": {"TASK": '--task "7"', "STEPS": '--steps "7"', "DEVICE": '--device "7"', "SET": "--set 7",
+              "OUT": '--out "7"', "RESUME": '--resume="7"', "COMPILE": '--compile="7"', "NPROC": '--nproc "7"',
+              "MODEL": '--hf-model "7"', "CHECKPOINTING": '--gradient-checkpointing="7"', "SEED": '--seed "7"',
+              "EVAL_EVERY": '--eval-every "7"', "SAMPLES": '--samples "7"'},
+    "bench": {"DEVICE": '--device "7"', "MODEL": '--hf-model "7"'},
+    "gpu-check": {"MODEL": '--hf-model "7"'},
+    "verify": {"FRESH": None},  # FRESH=1 adds --fresh; any other value is the default, a full-but-reusing proof
+}
+
+
+def make_variables() -> list:
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    return re.search(r"^VARIABLES := (.*)$", text, re.MULTILINE)[1].split()
+
+
+def test_every_setting_a_target_takes_reaches_its_command(repo):
+    """make -n prints each target's command: every setting it takes is there, as its flag."""
+    assert set(APPLIED) <= set(make_targets()) and {v for t in APPLIED.values() for v in t} <= set(make_variables())
+    for target, settings in APPLIED.items():
+        for var, flag in settings.items():
+            r = subprocess.run(["make", "-n", "-o", ".venv/.installed", target, f"{var}=7"], cwd=repo,
+                               capture_output=True, text=True, timeout=60, env=ENV)
+            assert r.returncode == 0 and (flag is None or flag in r.stdout), (target, var, r.stdout + r.stderr)
+    r = subprocess.run(["make", "-n", "-o", ".venv/.installed", "verify", "FRESH=1"], cwd=repo, capture_output=True,
+                       text=True, timeout=60, env=ENV)
+    assert "--fresh" in r.stdout
+
+
+def test_every_setting_a_target_does_not_take_is_refused_in_one_line(repo):
+    """Each target x setting pair that is not applied (APPLIED) is refused by make, naming both, before the command
+    runs (make check MODEL=... once judged the lab model without a word); run side by side, a few at a time."""
+    from tests.cli_helpers import fake_venv
+    fake_venv(repo)
+    pairs = [(t, v) for t in make_targets() for v in make_variables() if v not in APPLIED.get(t, {})]
+    assert len(pairs) > 500 and ("check", "MODEL") in pairs and ("stats", "N") in pairs
+    for i in range(0, len(pairs), 16):
+        procs = [(t, v, subprocess.Popen(["make", "-s", t, f"{v}=7"], cwd=repo, stdout=subprocess.PIPE,
+                                         stderr=subprocess.STDOUT, text=True, env=ENV, stdin=subprocess.DEVNULL))
+                 for t, v in pairs[i:i + 16]]
+        for t, v, proc in procs:
+            out = proc.communicate(timeout=60)[0]
+            assert proc.returncode == 1 and out.startswith(f"error: make {t} does not take {v}=: ") \
+                and len(out.strip().splitlines()) == 1, (t, v, out)
+    assert not (repo / "work").exists()  # nothing ran
+    code, out = make(repo, "check", "N=14", "MODEL=runs/tiny-llama")
+    assert code == 1 and "the checks judge your functions on the lab model" in out
+
+
+def test_a_target_that_does_not_exist_is_one_line_even_where_a_folder_has_its_name(repo):
+    (repo / "runs").mkdir()
+    for flags in (("-s",), ()):
+        code, out = make(repo, "runs", flags=flags)  # a typo of `make run`; make took runs/ to be up to date
+        assert code == 1 and out.strip() == "error: there is no target 'runs'; make help lists them", out
+
+
+def test_make_help_fits_80_columns_and_names_every_setting():
+    out = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, timeout=60).stdout
+    assert max(map(len, out.splitlines())) <= 80
+    assert [v for v in make_variables() if f"{v}=" not in out] == []
+
+
+def test_ctrl_c_and_a_declined_reset_end_with_the_commands_own_line_not_makes(repo):
+    from tests.cli_helpers import fake_venv
+    fake_venv(repo)
+    cli(repo, "kata", "1")
+    code, out = on_a_terminal(repo, [], command=["make", "reset", "N=1"], until="[y/N]", keys="n\n")
+    assert code == 1 and out.strip().splitlines()[-1] == "nothing changed" and "make:" not in out, out
+    code, out = on_a_terminal(repo, [], command=["make", "check", "N=1"], until="the hidden checks on")
+    assert code == -2 and "interrupted" in out and "make:" not in out and "Interrupt" not in out, out  # 130
+
+
+@pytest.mark.timeout(240)
+def test_watch_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo):
+    """The terminal would send SIGINT to make too, which then ends with 130 whatever watch says; watch reads Ctrl-C
+    as a key instead, so make exits 0 as the README says."""
+    from tests.cli_helpers import fake_venv
+    fake_venv(repo)
+    cli(repo, "kata", "1")
+    code, out = on_a_terminal(repo, [], command=["make", "watch", "N=1"], until="bugs fixed", keys="\x03")
+    assert code == 0 and "0 of 1 bugs fixed" in out and "make:" not in out and "Traceback" not in out, out
+
+
+def test_run_takes_the_seed_and_device_given_and_its_header_says_so(repo):
+    import torch
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "run", "1", "--steps", "1", "--seed", "3")
+    assert code == 0 and re.search(r"^sum task, seed 3, 1 steps, the lab model \(2x64\) on cpu; ", out, re.M), out
+    if not torch.cuda.is_available():
+        code, out = cli(repo, "run", "1", "--steps", "1", "--device", "cuda")
+        assert code == 2 and out.strip() == "error: --device cuda asked for, but torch sees no CUDA device", out
+
+
+HANGING_LOOP = '''
+import time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    group_size: int = 8
+    max_new_tokens: int = 8
+    num_iterations: int = 1
+
+
+def spin(step):
+    while True:
+        step += 1
+
+
+def wait(step):
+    time.sleep(1000)
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log):
+    for step in range(1, steps + 1):
+        if step == 2:
+            STUCK(step)
+        log({"reward_mean": 0.1 * step, "kl": 0.0, "loss": 1.0})
+'''
+
+
+@pytest.mark.parametrize("stuck, why", [("spin", r"it used [34] CPU-seconds"), ("wait", r"it used no CPU for [34] s")])
+def test_a_loop_that_hangs_is_stopped_by_its_budget_and_shows_where_it_was(repo, stuck, why):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(HANGING_LOOP.replace("STUCK", stuck))
+    code, out = cli(repo, "run", "2", "--steps", "3", "--budget", "3")
+    line = {"spin": "step += 1", "wait": "time.sleep(1000)"}[stuck]
+    assert code == 1 and re.search(f"your loop was stopped in step 2: {why}", out) and "BUDGET=3" in out, out
+    stack = out[out.index("Stack of your loop"):]
+    assert f'File "work/02-reward-slide/grpo.py", line' in stack and f"in {stuck}" in stack and line in stack
+    assert "healthy:" in out  # the steps before the hang, beside the healthy run
+
+
+@pytest.mark.timeout(180)
+def test_a_long_step_shows_it_is_alive_and_ctrl_c_says_where_the_loop_was(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(HANGING_LOOP.replace("STUCK", "spin"))
+    code, out = on_a_terminal(repo, ["run", "2", "--steps", "3"], until="CPU-s, at grpo.py:")
+    out = plain(out)
+    assert re.search(r"step 2: \d+ s so far, [\d.]+ of 60 CPU-s, at grpo.py:1[45] in spin", out), out
+    assert code == 130 and re.search(r"interrupted; your loop was at work/02-reward-slide/grpo.py:1[45]", out), out
+    assert "step += 1" in out or "while True:" in out
+
+
+def test_a_runs_log_keeps_the_one_before(repo):
+    cli(repo, "kata", "2")
+    copy_of(repo, 2).write_text(PRINTING_LOOP)
+    log = copy_of(repo, 2).parent / "run.log"
+    assert cli(repo, "run", "2", "--steps", "1")[0] == 0 and "hot 1.499" in log.read_text()
+    hanging = HANGING_LOOP.replace("STUCK", "spin").replace("import time", "import time\nprint('mine')")
+    copy_of(repo, 2).write_text(hanging)
+    cli(repo, "run", "2", "--steps", "3", "--budget", "2")  # a run that does not finish
+    assert log.read_text().strip() == "mine" and "hot 1.499" in log.with_name("run.log.1").read_text()
+
+
+@pytest.mark.timeout(180)
+def test_check_takes_a_seed_one_component_lists_every_failure_and_speaks_json(repo):
+    import json
+    cli(repo, "kata", "1")
+    code, out = cli(repo, "check", "1", "--seed", "5", "--component", "kl", "--all")
+    assert code == 1 and "kata 1: work/01-kl-creep/grpo.py, seed 5, kl only" in out, out
+    rows = [line.split()[1] for line in out.splitlines() if line.startswith("│")]
+    assert rows == ["kl"] and out.strip().splitlines()[-1] == "2 of 4 kl checks pass"  # the kl row alone
+    listed = out[out.index("every failing check (2)"):]
+    assert listed.count("kl::") == 2 and "expected" in listed  # each failing check with what it observed
+    assert "bugs fixed" not in out and "solved" not in state(repo)["katas"]["1"]  # one component records nothing
+    code, out = cli(repo, "check", "1", "--component", "kl", "--format", "json")
+    report = json.loads(out)  # stdout holds the JSON alone
+    assert code == 1 and report["schema"] == "grpo-katas/check/1" and report["kata"] == "1"
+    assert (report["passed"], report["total"], report["component"], report["seed"]) == (2, 4, "kl", 0)
+    assert report["components"] == [{"name": "kl", "passed": 2, "total": 4}] and report["bugs"] is None
+    assert {c["id"].split("::")[0] for c in report["checks"]} == {"kl"} and all(
+        set(c) == {"id", "component", "name", "passed", "message", "kind"} for c in report["checks"])
+    code, out = cli(repo, "check", "1", "--component", "nope")
+    assert code == 2 and "invalid choice: 'nope'" in out and len(out.strip().splitlines()) == 1
+
+
+def test_a_reset_restores_the_file_and_keeps_the_record(repo):
+    cli(repo, "kata", "3")
+    for _ in range(2):
+        cli(repo, "hint", "3")
+    record = state(repo)["katas"]["3"]
+    record.update(solved="2024-01-01T00:10:00+00:00", seconds=660.0, hints_before_solving=2)
+    (repo / "work" / "state.json").write_text(__import__("json").dumps({"katas": {"3": record}}))
+    copy_of(repo, 3).write_text("my fix\n")
+    code, out = make(repo, "reset", "N=3", "YES=1")
+    assert code == 0 and copy_of(repo, 3).read_text() == next(repo.glob("katas/03-*/grpo.py")).read_text()
+    after = state(repo)["katas"]["3"]
+    assert {k: after[k] for k in ("solved", "seconds", "hints", "hints_before_solving")} == \
+        {"solved": record["solved"], "seconds": 660.0, "hints": 2, "hints_before_solving": 2} and after["resets"] == 1
+    line = row(cli(repo, "list")[1], 3)
+    assert "solved" in line and "11 min" in line and line.split()[-1] == "2"
+
+
+def test_a_corrupt_state_file_is_kept_and_the_records_that_parse_are_recovered(repo):
+    import json
+    cli(repo, "kata", "1")
+    cli(repo, "hint", "1")
+    cli(repo, "kata", "2")
+    text = (repo / "work" / "state.json").read_text()
+    cut = text[:text.index('"2"') + 12]  # cut short inside kata 2's record, as a full disk or a crash leaves it
+    (repo / "work" / "state.json").write_text(cut)
+    code, out = cli(repo, "list")
+    assert code == 0 and "set aside as state.json.corrupt-" in out
+    assert "kept what could be read of it: 1 kata (1)" in out
+    assert [p.read_text() for p in (repo / "work").glob("state.json.corrupt-*")] == [cut]  # kept, named
+    assert "in progress" in row(out, 1) and row(out, 1).split()[-1] == "1"  # kata 1's hint survived
+    assert state(repo)["katas"]["1"]["hints"] == 1 and "2" not in state(repo)["katas"]
+
+
+def test_the_clock_counts_time_spent_and_a_pause_counts_at_most_the_idle_threshold():
+    from datetime import datetime, timedelta, timezone
+    from grpo_katas import progress
+    t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    record = {"hints": 0, "started": t0.isoformat()}
+    for minutes in (3, 5, 65, 66):  # commands at 3 and 5 min, then back after an hour away, then a minute more
+        progress.tick(record, t0 + timedelta(minutes=minutes))
+    assert record["spent"] == (5 + 10 + 1) * 60 and progress.IDLE_SECONDS == 600  # the hour away counts as 10 min
+    assert record["active_at"] == (t0 + timedelta(minutes=66)).isoformat()
+    progress.tick(record, t0 + timedelta(minutes=60))  # a save older than the last command counts nothing
+    assert record["spent"] == 16 * 60
+
+
+def test_next_starts_the_first_kata_in_list_order_you_have_not_solved(repo):
+    import json
+    code, out = cli(repo, "next")
+    assert code == 0 and "kata 1: 01-kl-creep" in out and copy_of(repo, 1).exists()
+    solved = {"hints": 0, "solved": "2024-01-01T00:00:00+00:00", "seconds": 60.0}
+    (repo / "work" / "state.json").write_text(json.dumps({"katas": {"1": solved}}))
+    code, out = cli(repo, "next")
+    assert code == 0 and "kata 2: 02-reward-slide" in out and "Your working copy" in out
+    code, out = cli(repo, "next")  # kata 2 is started, not solved: it is resumed
+    assert code == 0 and "kata 2: 02-reward-slide" in out and "Resuming" in out
+    code, out = make(repo, "next", "TIER=interview")
+    assert code == 0 and "kata 18: 18-phone-screen-a" in out
+
+
+@pytest.mark.timeout(240)
+def test_watch_moves_on_to_the_next_kata_once_solved(repo):
+    """Without a terminal there is no n to press: it starts the next unsolved kata and watches it."""
+    import signal
+    import time
+    cli(repo, "kata", "1")
+    shutil.copyfile(repo / "solutions" / "codebases" / "script.py", copy_of(repo))  # kata 1's codebase, healed
+    proc = interruptible(["watch", "1", "--interval", "0.2"], repo)
+    seen, deadline = "", time.time() + 200
+    while "watching work/02-" not in seen and time.time() < deadline:
+        seen += proc.stdout.readline()
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert "Solved" in seen and "moving on to kata 2" in seen and "kata 2: 02-reward-slide" in seen, seen + out
+    assert proc.returncode == 0 and copy_of(repo, 2).exists() and state(repo)["katas"]["1"]["solved"]
+
+
+@pytest.mark.timeout(240)
+def test_watch_on_a_terminal_offers_the_next_kata_and_n_starts_it(repo):
+    cli(repo, "kata", "1")
+    shutil.copyfile(repo / "solutions" / "codebases" / "script.py", copy_of(repo))
+    code, out = on_a_terminal(repo, ["watch", "1"], until=["press n to start it", "watching work/02-"],
+                              keys=["n", "\x03"])
+    assert code == 0 and "next: kata 2, Reward slides from step one" in out and "kata 2: 02-reward-slide" in out
+    assert "Solved" in out and copy_of(repo, 2).exists(), out
+
+
+def made_drill(repo, number=1, solved=False):
+    """A drill in work/drills/dN as `make drill` files it (its recipe sealed), without drawing and proving one."""
+    import json
+    from grpo_katas.drills import seal
+    folder = repo / "work" / "drills" / f"d{number}"
+    folder.mkdir(parents=True)
+    (folder / "grpo.py").write_text((repo / "solutions" / "codebases" / "core.py").read_text())
+    (folder / "BRIEF.md").write_text(f"# Drill d{number}\n\nA run.\n\nRun it.\n")
+    recipe = {"codebase": "core", "bugs": ["adv-no-eps", "kl-sign-flipped"], "seed": 3, "scheduled": False,
+              "hints": ["a", "b", "c"]}
+    (folder / "drill.json").write_text(json.dumps({"tier": "practice", "minutes": 25, "symptoms": [],
+                                                   "made": "2024-01-01T00:00:00+00:00", "sealed": seal(recipe)}))
+    if solved:
+        (repo / "work" / "state.json").write_text(json.dumps({"katas": {f"d{number}": {
+            "hints": 0, "solved": "2024-01-01T00:00:00+00:00", "seconds": 60.0}}}))
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_list_has_codebase_and_bug_columns_drills_filters_and_fits_the_terminal(repo, width):
+    made_drill(repo)
+    code, out = cli(repo, "list", env={"COLUMNS": str(width)})
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= width and lines[0].split()[:6] == ["N", "kata", "tier", "codebase",
+                                                                                    "bugs", "box"]
+    assert row(out, 14).split()[-6:-3] == ["core", "2", "20"] and "d1" in out
+    assert row(out, "d1").split()[3:6] == ["practice", "?", "2"]  # a drill's codebase is hidden until it is solved
+    assert "time spent: from your commands and saves; a pause over 10 min counts as 10" in out  # how, said
+    if width == 120:
+        assert "The KL that would not stop" in out  # the whole title where there is room
+    else:
+        assert "…" in out and "The KL that would not stop" not in out  # cut, never wrapped
+    code, out = cli(repo, "list", "--tier", "interview", "--codebase", "core")
+    numbers = [line.split()[0] for line in out.splitlines()[2:] if re.match(r"\s*\d+\s", line)]
+    assert code == 0 and numbers == ["19", "21", "23", "33"] and "0/4 solved" in out
+    assert "d1" not in cli(repo, "list", "--codebase", "core")[1]  # its codebase is not yours to know yet
+    code, out = make(repo, "list", "TIER=expert")
+    assert code == 1 and "invalid choice: 'expert'" in out and len(out.strip().splitlines()) == 1
+
+
+def test_a_solved_drill_shows_its_codebase_in_the_list(repo):
+    made_drill(repo, solved=True)
+    code, out = cli(repo, "list", "--codebase", "core")
+    assert code == 0 and row(out, "d1").split()[3:5] == ["practice", "core"]
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_stats_and_the_curves_fit_the_terminal_and_use_its_width(width):
+    from rich.console import Console
+    from grpo_katas import render
+    from grpo_katas.catalogue import load_bugs
+    render.console = Console(width=width, record=True, highlight=False)
+    rows = [("logprobs-temperature-after-softmax", 3, 2 / 3, 412, "2024-01-09T00:00:00+00:00", 2),
+            ("adv-no-eps", 1, 1.0, 60, "2024-01-02T00:00:00+00:00", 1)]
+    render.stats_table(rows, load_bugs())
+    history = [{"step": i, "reward_mean": 0.1 + 0.01 * i, "kl": 0.01 * i, "grad_norm": 0.3} for i in range(1, 41)]
+    render.curves("kata 14", history, history, 40, None, which=render.curves_for(["adv_std"]))
+    text = render.console.export_text()
+    assert max(map(len, text.splitlines())) <= width
+    assert "healthy (the same code, no bugs)" in text and "kata 14 (yours)" in text
+    assert ("logprobs-temperature-after-softmax" in text) == (width == 120) and "adv-no-eps" in text
+    sparkline = next(line for line in text.splitlines() if line.startswith("  reward")).split()[1]
+    assert len(sparkline) == (32 if width == 80 else 40)  # as wide as the terminal allows, at most one per step
+
+
+FAKE_PY = '''#!/bin/sh
+# python3 -m venv DIR, as far as make setup needs it: a venv whose pip and python do nothing (pip fails with FAIL=pip)
+mkdir -p "$3/bin" "$3/lib"
+printf '#!/bin/sh\\n[ "$FAIL" = pip ] && { echo "pip: no such package" >&2; exit 1; }\\nexit 0\\n' > "$3/bin/pip"
+printf '#!/bin/sh\\nexit 0\\n' > "$3/bin/python"
+chmod +x "$3/bin/pip" "$3/bin/python"
+'''
+
+
+def test_make_setup_makes_the_venv_once_and_a_failure_is_its_own_line(repo, tmp_path):
+    """Its steps run however make ends a target (they are marked to run in question mode too)."""
+    fake = tmp_path / "python3"
+    fake.write_text(FAKE_PY)
+    fake.chmod(0o755)
+    for env, code, installed in (({"FAIL": "pip"}, 1, False), ({}, 0, True)):
+        r = subprocess.run(["make", "setup", f"PY={fake}"], cwd=repo, capture_output=True, text=True, timeout=120,
+                           env={**ENV, **env})
+        out = r.stdout + r.stderr
+        assert r.returncode == code and (repo / ".venv" / ".installed").exists() == installed, out
+        assert out.startswith("setting up .venv") and "make:" not in out, out
+    r = subprocess.run(["make", "setup", f"PY={fake}"], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
+    assert r.returncode == 0 and r.stdout + r.stderr == ""  # made once

@@ -24,6 +24,7 @@ import pytest
 from grpo_katas import REFERENCE, ROOT
 from grpo_katas.catalogue import codebase_source, find_kata, load_bugs, plant
 from grpo_katas.judge import sandbox
+from tests.cli_helpers import n_checks
 
 KATA = find_kata(1)                       # one planted bug: the KL penalty enters with the wrong sign
 BUGGY = KATA.loop.read_text()
@@ -465,7 +466,7 @@ def test_nothing_a_submission_did_outlives_the_grading(hostile_results, repo):
 def test_the_reference_is_resolved_in_full_at_the_seed_asked_for(repo, tmp_path):
     code, res, _ = grade(repo, GOOD, tmp_path / "out", args=("--seed", "12345"))
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
-    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == 47
+    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == n_checks() + 1
     assert "run::brief_symptoms_gone" in res["tests_status"]["FAIL_TO_PASS"]["success"]
     assert res["sandbox"].split()[0] == MODE and res["seed"] == 12345
 
@@ -479,7 +480,9 @@ def test_each_grading_draws_a_fresh_seed_and_make_check_keeps_seed_0(tmp_path):
         seeds.append(json.loads((out / "results.json").read_text())["seed"])
     assert seeds[0] != seeds[1], seeds
     dry = subprocess.run(["make", "-n", "check", "TARGET=x.py"], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert re.search(r"""--seed ["']?0["']?(\s|$)""", dry.stdout), dry.stdout
+    passed = re.search(r"""--seed ["']?(\d+)["']?(\s|$)""", dry.stdout)  # make passes SEED only when typed
+    from grpo_katas.cli import parser
+    assert (passed.group(1) if passed else parser().parse_args(["check", "--target", "x.py"]).seed) in ("0", 0), dry.stdout
 
 
 def test_grading_refuses_a_plain_process_unless_asked_for(tmp_path):

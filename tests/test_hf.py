@@ -467,6 +467,7 @@ def test_make_train_raises_the_reward_and_writes_its_run(folder, tmp_path):
     assert f"model {folder}" in r.stdout and "step   20 | reward" in r.stdout
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [s["step"] for s in lines] == list(range(1, 21)) and (out / "checkpoint.pt").exists()
+    assert (out / "model" / "config.json").exists() and "model/" in r.stdout  # the trained model, save_pretrained
     assert json.loads((out / "config.json").read_text())["run"]["hf_model"] == str(folder)
     first, last = (sum(s["reward_mean"] for s in part) / 5 for part in (lines[:5], lines[-5:]))
     assert last > first + 0.1, (first, last)
@@ -485,6 +486,23 @@ def test_a_resumed_run_on_the_adapter_matches_an_uninterrupted_one(folder, tmp_p
         assert a["kl"] == pytest.approx(b["kl"], abs=1e-6)
 
 
+def test_a_trained_hugging_face_model_is_saved_as_one_with_its_tokenizer(folder, tmp_path):
+    """OUT/model holds the trained weights and the tokenizer (its pad token included), as save_pretrained writes
+    them: from_pretrained reads them back, and MODEL=OUT/model trains on from there."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    trainer = Trainer(RunConfig(hf_model=str(folder), steps=2, batch_size=2, device="cpu", grpo={"group_size": 2}),
+                      tmp_path)
+    trainer.fit()
+    saved = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    trained = trainer.policy.model.state_dict()
+    assert all(torch.equal(v, trained[k]) for k, v in saved.state_dict().items())
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert tokenizer.pad_token_id == trainer.policy.tokenizer.pad_token_id != tokenizer.eos_token_id
+    again = load(str(tmp_path / "model"))
+    assert torch.equal(again.model.get_input_embeddings().weight, trained["model.embed_tokens.weight"])
+    assert not (tmp_path / ".model-saving").exists()
+
+
 def test_the_word_problems_take_a_real_models_settings(folder):
     from grpo_katas.runs import grpo_config
     arith = grpo_config(GRPO, RunConfig(hf_model=str(folder), task="arith"))
@@ -495,8 +513,8 @@ def test_the_word_problems_take_a_real_models_settings(folder):
 
 def test_one_switch_in_every_make_target():
     """MODEL= reaches each command (make -n prints the commands without running them)."""
-    for target, flag in [("train", "--hf-model m"), ("run N=9", "--hf-model m"), ("bench", "--hf-model m"),
-                         ("gpu-check", "--hf-model m")]:
+    for target, flag in [("train", '--hf-model "m"'), ("run N=9", '--hf-model "m"'), ("bench", '--hf-model "m"'),
+                         ("gpu-check", '--hf-model "m"')]:
         r = subprocess.run(["make", "-n", "-o", ".venv/.installed", *target.split(), "MODEL=m"], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and flag in r.stdout, (target, r.stdout + r.stderr)
@@ -509,6 +527,7 @@ def test_make_run_runs_a_kata_on_the_adapter(repo, folder):
     cli(repo, "kata", "9")
     code, out = cli(repo, "run", "9", "--hf-model", str(folder), "--steps", "3")
     assert "kata 9: work/09-nan-storm/grpo.py" in out and "step  reward" in out and "healthy" in out, out
+    assert f"sum task, seed 0, 3 steps, {folder} on cpu; GRPOConfig:" in out  # the header names the model
     assert code == 1 and "your loop raised" in out or code == 0, out  # kata 9's NaN may end it at once
     code, out = cli(repo, "run", "9", "--hf-model", str(repo / "no-such-model"), "--steps", "3")
     assert code == 2 and "--hf-model cannot load the model" in out and "your loop raised" not in out, out

@@ -31,7 +31,7 @@ def test_the_first_failure_is_the_exit_status(tmp_path, capfd, codes, expected):
     out = capfd.readouterr().out
     assert out.index("tests ran") < out.index("checks ran") < out.index("proof report")
     summary = out.strip().splitlines()[-1]
-    assert summary.startswith("make test: the tests") and "the proof's test tier" in summary
+    assert summary.startswith("make test: the tests") and "the proof's static tier" in summary
     assert ("passed" if expected == 0 else f"exit {expected}") in summary and summary.endswith("CPU-s in all")
 
 

@@ -11,7 +11,8 @@ import pytest
 from grpo_katas import ROOT, symptoms
 from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
 from grpo_katas.runs import PRACTICE_GRPO
-from grpo_katas.symptoms import Store, check, needed, plan, reads, run_key, run_loop
+from grpo_katas.curves import digits
+from grpo_katas.symptoms import Store, check, needed, plan, quote, quotes, run_key, run_loop
 
 KATAS = load_katas()
 
@@ -34,19 +35,19 @@ def test_a_symptom_must_hold_at_all_but_one_seed_in_five():
     assert [needed(n) for n in (1, 2, 3, 4, 5, 10)] == [1, 2, 3, 4, 4, 8]
 
 
-@pytest.mark.parametrize("text, value, ok", [
-    ("0.42", 0.4249, True), ("0.42", 0.4251, False), ("0.42", 0.4151, True), ("10", 9.6, True), ("10", 10.6, False),
-    ("about 2.7", 3.1, True), ("about 2.7", 3.2, False), ("about 2.7", 2.3, True), ("about 2.7", 2.2, False),
-    ("under 0.05", 0.049, True), ("under 0.05", 0.05, False), ("over 3", 3.01, True), ("over 3", 2.9, False),
-    ("0.0000", 0.0, True), ("0.42", float("nan"), False), ("0.42", None, False),
+@pytest.mark.parametrize("value, metric, text", [
+    (2.74318, "kl", "2.7432"), (-1e-9, "loss", "0.0000"), (0.12345, "reward_mean", "0.123"),
+    (0.12345, "reward_mean@1", "0.123"), (0.125, "grad_norm", "0.12"), (5.06, "completion_len", "5.1"),
+    (float("nan"), "kl", "nan"), (None, "kl", "none"),
 ])
-def test_a_number_reads_as_the_brief_prints_it(text, value, ok):
-    assert reads(text, value) is ok
+def test_a_reading_is_quoted_as_make_run_prints_it(value, metric, text):
+    assert quote(value, metric) == text
 
 
-def test_a_number_a_brief_cannot_print_is_refused():
-    with pytest.raises(ValueError, match="not a number a brief can print"):
-        reads("roughly 3", 3.0)
+def test_a_symptom_quotes_each_reading_at_its_own_metrics_digits():
+    symptom = {"metric": "reward_mean@1", "says": "0.500", "says_against": "0.2500",
+               "against": {"metric": "kl"}}
+    assert quotes(symptom) == [("0.500", "reward_mean@1"), ("0.2500", "kl")]
 
 
 # --- the briefs ---------------------------------------------------------------------------------------------
@@ -59,7 +60,7 @@ def prose(kata) -> str:
 
 def allowed_numbers(kata) -> set:
     """The numbers a brief may print: the settings of its runs, the steps its windows name, and what its symptoms
-    say (checked by the proof at the brief's seed on every kernel path)."""
+    say (checked by the proof at the brief's seed on every kernel path: what make run prints there)."""
     from solutions.grpo import GRPOConfig
     numbers = {kata.number, kata.run["steps"], kata.run["seed"], kata.run["nproc"], *PRACTICE_GRPO.values()}
     numbers |= {v for v in GRPOConfig.__dataclass_fields__.values() for v in [v.default] if isinstance(v, (int, float))}
@@ -86,10 +87,13 @@ def test_every_number_a_brief_prints_is_a_setting_or_a_checked_reading(kata):
 @pytest.mark.parametrize("kata", KATAS, ids=lambda k: k.name)
 def test_what_a_symptom_says_is_what_the_brief_prints(kata):
     for s in kata.symptoms:
-        for said in (s.get("says"), s.get("says_against")):
-            if said is not None:
-                reads(said, 0.0)  # a form the proof can check
-                assert said in prose(kata), f"{kata.name}: a symptom says {said!r}, the brief does not print it"
+        for said, metric in quotes(s):
+            number = said.split()[-1]  # a bound (about, under, over X) where the kernel paths print different numbers
+            assert said in (number, *(f"{how} {number}" for how in ("about", "under", "over"))), said
+            places = len(number.partition(".")[2])
+            assert places == digits(metric) or said != number and places <= digits(metric), (
+                f"{kata.name}: a symptom says {said!r}: make run prints {metric} at {digits(metric)} decimals")
+            assert said in prose(kata), f"{kata.name}: a symptom says {said!r}, the brief does not print it"
 
 
 # --- the proof, on made-up runs ---------------------------------------------------------------------------------
@@ -100,6 +104,14 @@ def fake_store(tmp_path, wanted: dict, history) -> None:
         for path, settings in specs:
             entry = {"history": history(path, settings), "crash": None}
             (tmp_path / f"{run_key(path, settings, name)}.json").write_text(json.dumps(entry))
+
+
+@pytest.fixture(autouse=True)
+def made_up_runs_have_no_record(request, monkeypatch):
+    """The made-up runs below are not kata 13's brief run, which its record holds: its comparison is left out,
+    but where a test is about the record."""
+    if "record" not in request.node.name:
+        monkeypatch.setattr(symptoms.record, "differences", lambda *a, **k: [])
 
 
 def a_kata(tmp_path, seed_kl: dict, symptom: dict, bugs=("kl-k1", "update-clip-after-step")):
@@ -145,10 +157,30 @@ def test_a_symptom_must_hold_at_the_briefs_own_seed(tmp_path, clip_bug_probed):
     assert len(found) == 1 and "does not show at the brief's seed 0" in found[0]
 
 
-def test_the_numbers_a_brief_prints_are_checked_at_its_seed(tmp_path, clip_bug_probed):
-    kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "says": "about 2.0", "says_against": "1.0"})
+def test_the_numbers_a_brief_prints_are_what_the_run_prints_at_its_seed(tmp_path, clip_bug_probed):
+    kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "says": "3.0000", "says_against": "1.0000"})
+    assert check([kata], seeds=[0], folder=tmp_path) == []
+    for said in ("about 3.0", "3.0", "3.00001"):
+        kata = a_kata(tmp_path, {0: 3.0}, {**SYMPTOM, "says": said, "says_against": "1.0000"})
+        found = check([kata], seeds=[0], folder=tmp_path)
+        assert len(found) == 1 and f"the brief says {said!r}" in found[0] and "the run prints 3.0000" in found[0]
+
+
+def test_where_the_kernel_paths_print_different_numbers_the_brief_prints_a_bound_for_each():
+    symptom = {"metric": "kl", "says": "over 2.7", "says_against": "0.5518"}
+    read = {"default": (2.7244, 0.55181), "avx512": (2.7232, 0.55179)}
+    assert symptoms.says_problems(symptom, read) == []
+    found = symptoms.says_problems({**symptom, "says": "2.7232"}, read)
+    assert len(found) == 1 and "2.7244 under default, 2.7232 under avx512" in found[0] and "'about 2.7238'" in found[0]
+    assert symptoms.says_problems({**symptom, "says": "over 2.724"}, read)  # not over it under avx512
+
+
+def test_a_brief_run_that_prints_another_table_than_its_record_is_named(tmp_path, clip_bug_probed):
+    kata = a_kata(tmp_path, {0: 3.0}, SYMPTOM)
     found = check([kata], seeds=[0], folder=tmp_path)
-    assert len(found) == 1 and "the brief says 'about 2.0'" in found[0] and "shows 3" in found[0]
+    assert len(found) == 2 and all(f"{kata.name}: the {symptoms.kernel()} kernel path prints a different" in f
+                                   for f in found)
+    assert "kata table from row 0 on" in found[0] and "healthy table from row 0 on" in found[1]
 
 
 def test_every_bug_is_shown_by_a_symptom_or_named_by_a_probe_of_the_first_hint(tmp_path):

@@ -1,8 +1,10 @@
 """The trainer: overrides, the checkpoint round trip and a two-step CPU run. Run: pytest tests/test_trainer.py"""
 import dataclasses
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 from typing import Optional
 
 import pytest
@@ -140,9 +142,27 @@ def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
     ckpt = tmp_path / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
     r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--out", str(tmp_path), "--resume"], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "300"})
+                       capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "400"})
     out = (r.stdout + r.stderr).strip()
-    assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "delete it" in out, out
+    assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "mv " in out, out
+    # what it says leads somewhere: moved aside, the folder takes a new run (and the old one is kept)
+    mv = re.search(r"\(mv (\S+) (\S+)\)", out)
+    subprocess.run(["mv", mv[1], mv[2]], check=True)
+    code, said = trainer("--steps", "2", "--out", str(tmp_path), *TINY)
+    assert code == 0 and (tmp_path / "checkpoint.pt").is_file() and (Path(mv[2]) / "metrics.jsonl").is_file()
+    code, said = trainer("--steps", "3", "--out", str(tmp_path), "--resume", *TINY)
+    assert code == 0, said
+
+
+def test_a_folder_that_holds_a_run_without_a_checkpoint_says_how_to_start_again(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    code, said = trainer("--steps", "1", "--out", str(out), *TINY)
+    assert code == 2 and "holds a run with no checkpoint to resume" in said and f"mv {out} {out}.old" in said
+    subprocess.run(["mv", str(out), f"{out}.old"], check=True)
+    assert trainer("--steps", "1", "--out", str(out), *TINY)[0] == 0
 
 
 def test_every_bench_stage_reports_its_progress(monkeypatch):
@@ -297,3 +317,75 @@ def test_a_ctrl_c_before_a_command_is_ready_is_one_line_and_sigint():
     r = subprocess.run([sys.executable, "-c", "import grpo_katas\nraise KeyboardInterrupt"], capture_output=True,
                        text=True, timeout=60)
     assert r.stderr == "interrupted\n" and r.returncode == -2  # ended as SIGINT ends it: 130 in a shell
+
+
+def test_a_mistake_in_the_flags_is_one_line_not_the_usage_first():
+    code, said = trainer("--steps", "x")
+    assert code == 2 and said == ("error: argument --steps: invalid int value: 'x'; `python -m grpo_katas.trainer "
+                                  "--help` says more")
+    code, said = trainer("--eval-every", "-1")
+    assert code == 2 and said == "error: --eval-every must be at least 0, got -1"
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_the_progress_line_fits_the_terminal_and_does_not_wrap(tmp_path, width):
+    from tests.cli_helpers import on_a_terminal, plain
+    code, out = on_a_terminal(ROOT, ["--steps", "3", "--out", str(tmp_path / "run"), *TINY],
+                              module="grpo_katas.trainer", columns=width, env={"COLUMNS": str(width)})
+    lines = plain(out).splitlines()
+    bar = [line for line in lines if re.match(r"step \d+/3 ", line)]
+    assert code == 0 and bar and max(map(len, lines)) <= width, out
+    assert ("tok/s" in bar[-1]) == (width == 120) and "reward" in bar[-1]  # as many fields as fit, in order
+
+
+def test_the_log_shows_samples_and_a_held_out_reward_and_keeps_both(tmp_path):
+    out = tmp_path / "run"
+    code, said = trainer("--steps", "4", "--out", str(out), "--eval-every", "2", "--samples", "2", *TINY)
+    lines = said.splitlines()
+    held = [line.split()[2] for line in lines if line.startswith("           held-out reward")]
+    assert code == 0 and len(held) == 2 and re.search(r"held-out reward [\d.]+ \(step 2\) -> [\d.]+ \(step 4\)", said)
+    assert any(re.match(r" +'\d+=' -> '.*' \(reward [\d.]+\)$", line) for line in lines), said
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics if "eval_reward_mean" in m] == [2, 4]
+    assert f"{metrics[-1]['eval_reward_mean']:.3f}" == held[-1]
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert samples and set(samples[0]) == {"step", "prompt", "completion", "reward"}
+    assert "TensorBoard: not installed" in said or (out / "tensorboard").is_dir()
+
+
+def test_the_held_out_evaluation_leaves_the_training_as_it_was():
+    """Its prompts come from a stream of their own and its sampling from a generator of its own."""
+    plain_run = Trainer(RunConfig(**SMALL)).fit()
+    evaluated = Trainer(RunConfig(**SMALL), eval_every=1, eval_prompts=4).fit()
+    assert [h["reward_mean"] for h in plain_run] == [h["reward_mean"] for h in evaluated]
+    assert all("eval_reward_mean" in h for h in evaluated) and "eval_reward_mean" not in plain_run[0]
+    first = Trainer(RunConfig(**SMALL), eval_prompts=4)
+    assert first.evaluate() == first.evaluate()  # the same prompts and samples each time: numbers that compare
+
+
+class FakeWriter:
+    """torch.utils.tensorboard.SummaryWriter as the trainer uses it."""
+
+    def __init__(self, log_dir=None):
+        self.log_dir, self.scalars, self.closed = log_dir, [], False
+
+    def add_scalar(self, tag, value, step):
+        self.scalars.append((tag, value, step))
+
+    def close(self):
+        self.closed = True
+
+
+def test_metrics_go_to_tensorboard_where_it_is_installed(tmp_path, monkeypatch):
+    import types
+    from grpo_katas.trainer import tensorboard_writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=FakeWriter))
+    writer, note = tensorboard_writer(tmp_path / "tensorboard")
+    assert isinstance(writer, FakeWriter) and note is None and writer.log_dir == str(tmp_path / "tensorboard")
+    Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path, eval_every=2, eval_prompts=4, writer=writer).fit()
+    tags = {(tag, step) for tag, _, step in writer.scalars}
+    assert {("train/reward_mean", 1), ("train/kl", 2), ("train/loss", 2), ("eval/reward_mean", 2)} <= tags
+    assert writer.closed and all(isinstance(v, (int, float)) for _, v, _ in writer.scalars)
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)  # import fails: not installed
+    writer, note = tensorboard_writer(tmp_path / "tensorboard")
+    assert writer is None and note.startswith("TensorBoard: not installed") and len(note.splitlines()) == 1

@@ -339,7 +339,7 @@ def sample(model, input_ids, attention_mask, generation_config: GenerationConfig
     token_logps = []
     for _ in range(generation_config.max_new_tokens):
         outputs = model(model_inputs, attention_mask, **model_kwargs)
-        next_token_logits = outputs[:, -1, :].float()
+        next_token_logits = outputs[:, -1, :].to(copy=True, dtype=torch.promote_types(outputs.dtype, torch.float32))
 
         # pre-process distribution
         next_token_scores = next_token_logits / generation_config.temperature
@@ -434,7 +434,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
     Returns:
         `torch.Tensor` of shape `(N,)`: the advantages.
     """
-    rewards = rewards.detach().float()
+    rewards = rewards.detach().to(torch.promote_types(rewards.dtype, torch.float32))
     mean_grouped_rewards = torch.nanmean(rewards.view(-1, group_size), dim=1)
     mean_grouped_rewards = mean_grouped_rewards.repeat_interleave(group_size, dim=0)
     if scale in ["group", "none"]:
@@ -468,10 +468,12 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
             Sampling temperature of the completions.
 
     Returns:
-        `torch.Tensor` of shape `(N, T)`, float32.
+        `torch.Tensor` of shape `(N, T)`, float32 (float64 for a float64 model).
     """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
-    logits = model(input_ids, attention_mask).float()
+    logits = model(input_ids, attention_mask)
+    if logits.dtype not in [torch.float32, torch.float64]:
+        logits = logits.float()
     # Exclude the last value: it corresponds to the next token pred
     logits = logits[:, :-1, :]  # (N, L-1, V)
     # Only keep the last logits_to_keep
@@ -829,7 +831,10 @@ class GRPOTrainer:
         is_high_clipped = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
         is_region_clipped = is_low_clipped | is_high_clipped
         token_sums = torch.stack(
-            [x.float()[mask].sum() for x in (per_token_kl, is_low_clipped, is_high_clipped, is_region_clipped, mask)]
+            [
+                x.to(per_token_kl.dtype)[mask].sum()
+                for x in (per_token_kl, is_low_clipped, is_high_clipped, is_region_clipped, mask)
+            ]
         )
         self._log_token_metrics(token_sums, (coef_1 - 1).abs().max().item())
         return loss
@@ -989,7 +994,7 @@ if __name__ == "__main__":
 
     # Set seed before initializing model
     torch.manual_seed(0)
-    model = TinyLM(ModelConfig())
+    model = TinyLM(ModelConfig(), dtype=torch.float64)  # float64 on the CPU: the same numbers on every machine
     task = SumTask()
 
     # Load the dataset: 40 generation batches of 16 prompts

@@ -134,12 +134,13 @@ def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     return get_response_mask(completion_ids, eos_token=eos_id, dtype=torch.float32)
 
 
-def pad_2d_list_to_length(response: list, pad_token_id, max_length: Optional[int] = None) -> torch.Tensor:
+def pad_2d_list_to_length(response: list, pad_token_id, max_length: Optional[int] = None,
+                          dtype: Optional[torch.dtype] = None) -> torch.Tensor:
     """Pad a 2D list (e.g. responses, logprobs) to a 2D tensor."""
     response_length = max(len(sub_list) for sub_list in response)
     target_length = max_length if max_length is not None and max_length > response_length else response_length
     padded_response = [tuple(sub_list) + (pad_token_id,) * (target_length - len(sub_list)) for sub_list in response]
-    return torch.tensor(padded_response)
+    return torch.tensor(padded_response, dtype=dtype)
 
 
 @torch.no_grad()
@@ -162,9 +163,11 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
     seq, seq_mask, step_ids = idx, attention_mask, idx
     for _ in range(cfg.max_new_tokens):
         if kv_cache is None:
-            logits = actor_module(seq, seq_mask)[:, -1, :].float()  # (bs, vocab_size)
+            logits = actor_module(seq, seq_mask)[:, -1, :]  # (bs, vocab_size)
         else:
-            logits = actor_module(step_ids, seq_mask, cache=kv_cache)[:, -1, :].float()
+            logits = actor_module(step_ids, seq_mask, cache=kv_cache)[:, -1, :]
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()
         logits.div_(cfg.temperature)
         logprobs = logits.log_softmax(dim=-1)
         probs = logprobs.exp()
@@ -181,7 +184,8 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
         seq_mask = torch.cat([seq_mask, torch.ones_like(step_ids)], dim=-1)
 
     response = pad_2d_list_to_length(response, pad_token_id, max_length=cfg.max_new_tokens).to(idx.device)
-    rollout_log_probs = pad_2d_list_to_length(rollout_log_probs, 0.0, max_length=cfg.max_new_tokens).to(idx.device)
+    rollout_log_probs = pad_2d_list_to_length(rollout_log_probs, 0.0, max_length=cfg.max_new_tokens,
+                                              dtype=logprobs.dtype).to(idx.device)
     response_attention_mask = get_response_mask(response_id=response, eos_token=eos_token_id,
                                                 dtype=attention_mask.dtype)
     return DataProto(batch={
@@ -325,9 +329,11 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
 
 
 def forward_micro_batch(actor_module, micro_batch: dict, temperature: float) -> torch.Tensor:
-    """log_probs of the responses, (bs, response_length), fp32."""
+    """log_probs of the responses, (bs, response_length), fp32 (fp64 for an fp64 actor)."""
     response_length = micro_batch["responses"].size(-1)
-    logits = actor_module(micro_batch["input_ids"], micro_batch["attention_mask"]).float()  # (bs, seqlen, vocab)
+    logits = actor_module(micro_batch["input_ids"], micro_batch["attention_mask"])  # (bs, seqlen, vocab)
+    if logits.dtype not in (torch.float32, torch.float64):
+        logits = logits.float()
     logits.div_(temperature)
     logits = logits[:, -response_length - 1 : -1, :]  # (bs, response_length, vocab_size)
     log_probs = logprobs_from_logits(logits, micro_batch["responses"])
@@ -879,7 +885,8 @@ if __name__ == "__main__":
     torch.manual_seed(0)  # the model's initial weights
     main({
         "data": {"train_batch_size": 16, "seed": 0},
-        "actor_rollout_ref": {"model": TinyLM(ModelConfig()), "grpo": GRPOConfig(num_iterations=2)},
+        # fp64 on the CPU: the same numbers on every machine
+        "actor_rollout_ref": {"model": TinyLM(ModelConfig(), dtype=torch.float64), "grpo": GRPOConfig(num_iterations=2)},
         "reward_model": SumTask(),  # the score of each response
         "trainer": {"total_training_steps": 40},
     })

@@ -126,7 +126,7 @@ def sample_next_token(logits, rng, temperature):
     # Sample a single next token from given logits of shape (B, vocab_size). Returns (B, 1), and the log-prob (B, 1)
     # of each token under the distribution it was drawn from
     assert temperature > 0.0, "temperature must be positive"
-    logits = logits.float() / temperature
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature # fp32 at least
     probs = F.softmax(logits, dim=-1) # (B, V)
     next_ids = torch.multinomial(probs, num_samples=1, generator=rng) # (B, 1)
     return next_ids, probs.gather(1, next_ids).log()
@@ -138,7 +138,7 @@ class RowState:
 
 @torch.no_grad()
 def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
-    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), lists with one entry per row,
+    # Yields one column of tokens at a time: (token_column, token_masks, token_logprobs), one entry per row each,
     # where the mask says whether the token was sampled (1) or forced (0): once a row has completed, pad is forced
     device = input_ids.device
 
@@ -178,7 +178,7 @@ def generate_stream(model, input_ids, attention_mask, cfg, eos_id, pad_id, rng):
                 state.completed = True
 
         # Yield the token column
-        yield token_column, token_masks, next_logprobs[:, 0].tolist()
+        yield token_column, token_masks, next_logprobs[:, 0]
         num_generated += 1
 
         # Prepare logits for next iteration: the forced pad is not attended to; with a KV cache only the new column
@@ -209,7 +209,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
     masks = torch.tensor(mask_columns, dtype=attention_mask.dtype, device=device).T # (N, T)
 
     # The forced pad was never drawn, so it has no log-prob (0), and nothing attends to it
-    sampler_logp = torch.tensor(logprob_columns, dtype=torch.float, device=device).T * masks # (N, T)
+    sampler_logp = torch.stack(logprob_columns, dim=1) * masks # (N, T)
     return Rollout(input_ids=torch.cat([input_ids, completion_ids], dim=1),
                    attention_mask=torch.cat([attention_mask, masks], dim=1),
                    completion_mask=completion_mask(completion_ids, eos_id),
@@ -223,7 +223,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
 def group_advantages(rewards, group_size, eps, scale="group"):
     assert rewards.numel() % group_size == 0, "the rewards must come in whole groups"
     # One row per prompt, holding the rewards of its samples
-    rewards = rewards.float().view(-1, group_size) # (B, G)
+    rewards = rewards.to(torch.promote_types(rewards.dtype, torch.float32)).view(-1, group_size) # (B, G)
     # Calculate the advantages by subtracting the mean reward of each row
     mu = rewards.mean(dim=-1, keepdim=True)
     advantages = rewards - mu
@@ -244,7 +244,8 @@ def get_inputs_targets(ids, mask_ids):
 def get_logp(model, inputs, targets, attention_mask, temperature):
     # The log-prob of every target at the sampling temperature; an ignored target (-1) gets 0
     assert temperature > 0.0, "temperature must be positive"
-    logits = model(inputs, attention_mask).float() / temperature # (B, L, V)
+    logits = model(inputs, attention_mask) # (B, L, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature # fp32 at least
     # Note that cross_entropy calculates NLL = -logp, so we negate
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction="none")
     return -nll.view_as(targets) # (B, L)
@@ -336,8 +337,9 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
     pass_rows = [num_rows // num_passes + (pass_idx < num_rows % num_passes) for pass_idx in range(num_passes)]
 
     # The log-probs of pi_old, which the first iteration records, and of the reference model
-    old_logp_all = torch.zeros_like(targets_all, dtype=torch.float) # (N, P+T-1)
-    ref_logp_all = torch.zeros_like(old_logp_all)
+    logp_dtype = torch.promote_types(next(model.parameters()).dtype, torch.float32) # as get_logp computes them
+    old_logp_all = torch.zeros_like(targets_all, dtype=logp_dtype) # (N, P+T-1)
+    ref_logp_all = torch.zeros_like(targets_all, dtype=logp_dtype)
 
     # For logging: one number per iteration
     losses, kls, ratio_devs, clip_fracs, grad_norms = [], [], [], [], []
@@ -451,6 +453,7 @@ if __name__ == "__main__":
     # Runtime
     parser.add_argument("--device-type", type=str, default="", choices=["", "cuda", "cpu", "mps"], help="cuda|cpu|mps (empty = autodetect)")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the model, the prompts and the samples")
+    parser.add_argument("--dtype", type=str, default="float64", choices=["float64", "float32"], help="float64 (the same numbers on every CPU) | float32 (faster)")
     # Task and training horizon
     parser.add_argument("--task", type=str, default="sum", choices=["sum", "copy"], help="sum|copy")
     parser.add_argument("--steps", type=int, default=40, help="number of optimization steps")
@@ -481,7 +484,7 @@ if __name__ == "__main__":
 
     # Init the model (the same weights on every rank) and the task
     torch.manual_seed(args.seed)
-    model = TinyLM(ModelConfig()).to(device)
+    model = TinyLM(ModelConfig(), dtype=getattr(torch, args.dtype)).to(device)
     history = train(model, make_task(args.task), cfg, steps=args.steps, batch_size=args.batch_size, seed=args.seed)
     if master_process:
         first, last = history[:5], history[-5:]

@@ -61,7 +61,7 @@ class Rollout:
     attention_mask: torch.Tensor   # (N, P+T)
     completion_mask: torch.Tensor  # (N, T) the completion tokens the loss trains on
     prompt_len: int                # P
-    sampler_logp: torch.Tensor | None = None  # (N, T) float32, as the sampler reported them
+    sampler_logp: torch.Tensor | None = None  # (N, T) as the sampler reported them
 
 # -----------------------------------------------------------------------------
 # 1) sample a group of G completions per prompt
@@ -94,8 +94,9 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
         idx_cond = idx if cache is None or idx.size(1) == P else idx[:, -1:]
         # forward the model to get the logits for the index in the sequence
         logits = policy(idx_cond, mask) if cache is None else policy(idx_cond, mask, cache=cache)
-        # pluck the logits at the final step
-        logits = logits[:, -1, :].float()
+        # pluck the logits at the final step, in float32 or wider
+        logits = logits[:, -1, :]
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
         # apply softmax to convert logits to (normalized) probabilities
         probs = F.softmax(logits, dim=-1)                                 # (N, V)
         # sample from the distribution at the desired temperature
@@ -116,7 +117,7 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
 def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: str = "group") -> torch.Tensor:
     """(N,) -> (N,): each reward against the G rewards of its prompt, scaled as `scale` says: 'group',
     'batch' or 'none' (Dr. GRPO)."""
-    r = rewards.detach().float().view(-1, group_size)                     # (B, G)
+    r = rewards.detach().view(-1, group_size).to(torch.promote_types(rewards.dtype, torch.float32))  # (B, G)
     centred = r - r.mean(dim=1, keepdim=True)                             # (B, G)
     if scale == "none":
         return centred.view(-1)                                           # (N,)
@@ -128,9 +129,11 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
     """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature.
-    The logits at column c predict the token at column c+1; log-softmax runs in float32."""
+    The logits at column c predict the token at column c+1; log-softmax runs in float32, or in the model's
+    dtype where that is wider."""
     logits = model(input_ids, attention_mask)                             # (N, P+T, V)
-    logits = logits[:, prompt_len - 1:-1].float() / temperature           # (N, T, V)
+    logits = logits[:, prompt_len - 1:-1]                                 # (N, T, V)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     targets = input_ids[:, prompt_len:]                                   # (N, T)
     logp = torch.log_softmax(logits, dim=-1)                              # (N, T, V)
     return logp.gather(-1, targets[..., None]).squeeze(-1)                # (N, T)
@@ -326,9 +329,10 @@ if __name__ == "__main__":
     batch_size = 16 # B prompts per iteration, each completed group_size times
     seed = 0
     num_iterations = 2
+    dtype = 'float64' # 'float64' gives the same digits on every CPU; 'float32' is faster
     # overrides from command line, --key=value: a setting above or a GRPOConfig field
     config = {f.name: f.default for f in fields(GRPOConfig)}
-    config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations)
+    config.update(steps=steps, batch_size=batch_size, seed=seed, num_iterations=num_iterations, dtype=dtype)
     for arg in sys.argv[1:]:
         if not (arg.startswith('--') and '=' in arg):
             sys.exit(f"expected --key=value, got {arg}")
@@ -346,12 +350,15 @@ if __name__ == "__main__":
             sys.exit(f"{key} takes a {type(config[key]).__name__}, got {val}")
         print(f"Overriding: {key} = {attempt}")
         config[key] = attempt
-    steps, batch_size, seed = config.pop("steps"), config.pop("batch_size"), config.pop("seed")
+    steps, batch_size, seed, dtype = (config.pop(k) for k in ("steps", "batch_size", "seed", "dtype"))
     if min(steps, batch_size) < 1:
         sys.exit("steps and batch_size must be at least 1")
+    if dtype not in ("float64", "float32"):
+        sys.exit(f"dtype must be float64 or float32, got {dtype}")
+    ptdtype = {'float64': torch.float64, 'float32': torch.float32}[dtype]
     try:
         cfg = GRPOConfig(**config)
     except ValueError as e:
         sys.exit(str(e))
     torch.manual_seed(seed)
-    train(TinyLM(ModelConfig()), SumTask(), cfg, steps=steps, batch_size=batch_size, seed=seed)
+    train(TinyLM(ModelConfig(), dtype=ptdtype), SumTask(), cfg, steps=steps, batch_size=batch_size, seed=seed)

@@ -114,7 +114,8 @@ def group_advantages(rewards, group_size, eps, scale="group"):
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
     T = input_ids.shape[1] - prompt_len
-    logits = model(input_ids, attention_mask).float()[:, -T - 1:-1, :] / temperature
+    raw = model(input_ids, attention_mask)[:, -T - 1:-1, :]
+    logits = (raw if raw.dtype == torch.float64 else raw.float()) / temperature
     picked = torch.gather(logits, 2, input_ids[:, -T:].unsqueeze(2)).squeeze(2)
     return picked - torch.logsumexp(logits, dim=2)
 

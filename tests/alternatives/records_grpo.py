@@ -78,7 +78,8 @@ def group_advantages(rewards, group_size, eps, scale="group"):
 
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
-    logits = model(input_ids, attention_mask)[:, prompt_len - 1:-1].float() / temperature   # (N, T, V)
+    logits = model(input_ids, attention_mask)[:, prompt_len - 1:-1]                           # (N, T, V)
+    logits = (logits if logits.dtype == torch.float64 else logits.float()) / temperature
     targets = input_ids[:, prompt_len:]
     return -F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
 

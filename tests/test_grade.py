@@ -204,8 +204,11 @@ def issue_31_cases(ref) -> dict:
         # every check passes; the brief's run, trained as `make run` trains it, still shows every symptom
         "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms",
                                        resolved="RESOLVED_PARTIAL"),
-        # a check that mixes float64 and float32 inputs at some seeds meets the kata's code too
-        "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "still shows 3 of the 3 symptoms",
+        # the brief's run is float64 and heals; the checks' float32 models meet the kata's code
+        "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "checks pass",
+                                      resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
+        # the mirror: the checks' float32 models heal; the brief's float64 run, and the float64 check, do not
+        "heals-only-on-float32": Case(healed_when(ON_FLOAT32), "fail", "symptom|float64",
                                       resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
     }
 
@@ -267,6 +270,13 @@ ON_FLOAT64 = """import torch
         if isinstance(a, torch.nn.Module) and any(p.dtype == torch.float64 for p in a.parameters()):
             return True
     return False"""
+ON_FLOAT32 = """import torch
+    for a in [*args, *kwargs.values()]:
+        if isinstance(a, torch.Tensor) and a.dtype == torch.float64:
+            return False
+        if isinstance(a, torch.nn.Module) and any(p.dtype == torch.float64 for p in a.parameters()):
+            return False
+    return True"""
 
 
 def healed_when(condition: str) -> str:

@@ -294,7 +294,10 @@ def test_the_sandbox_s_only_writable_place_is_its_capped_tmp(tmp_path):
         written = Target(w, "p", probe).grpo_step()
     finally:
         w.close()
-    assert set(written) == {"/tmp"} and written["/tmp"] <= limits.disk_mb, written
+    # folders under /tmp are the same capped tmpfs: the parents of what is bound read-only where the repository or
+    # its venv lies in /tmp (a clone in /tmp, as .ci/measure makes)
+    assert "/tmp" in written and all(f == "/tmp" or f.startswith("/tmp/") for f in written), written
+    assert all(mb <= limits.disk_mb for mb in written.values()), written
 
 
 @pytest.mark.skipif(not BWRAP or os.geteuid() != 0, reason="needs bubblewrap, run as root")

@@ -263,20 +263,15 @@ for _name in ("generate", "completion_mask", "group_advantages", "token_logprobs
     globals()[_name] = _gated(_name, globals()[_name])
 """
 JUDGED = "return 'grpo_katas.judge.worker' in _sys.modules"
-ON_FLOAT64 = """import torch
+# the fixed code runs where an argument is a float64 tensor or model (float64=True), or where none is (False)
+ON_DTYPE = """import torch
     for a in [*args, *kwargs.values()]:
         if isinstance(a, torch.Tensor) and a.dtype == torch.float64:
-            return True
+            return {float64}
         if isinstance(a, torch.nn.Module) and any(p.dtype == torch.float64 for p in a.parameters()):
-            return True
-    return False"""
-ON_FLOAT32 = """import torch
-    for a in [*args, *kwargs.values()]:
-        if isinstance(a, torch.Tensor) and a.dtype == torch.float64:
-            return False
-        if isinstance(a, torch.nn.Module) and any(p.dtype == torch.float64 for p in a.parameters()):
-            return False
-    return True"""
+            return {float64}
+    return not {float64}"""
+ON_FLOAT64, ON_FLOAT32 = ON_DTYPE.format(float64=True), ON_DTYPE.format(float64=False)
 
 
 def healed_when(condition: str) -> str:

@@ -11,10 +11,16 @@ from grpo_katas import ROOT
 
 @pytest.fixture
 def repo(tmp_path):
+    """A copy of the repository's files. Its healthy runs are this repository's .cache/symptoms/: a run's key is the
+    bytes of the code it ran, its settings, the kernel path and the CPU, so a copy reads back what any test made."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / f, tmp_path / f)
+    shared = ROOT / ".cache" / "symptoms"
+    shared.mkdir(parents=True, exist_ok=True)
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "symptoms").symlink_to(shared, target_is_directory=True)
     return tmp_path
 
 

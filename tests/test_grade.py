@@ -497,6 +497,7 @@ def test_grading_refuses_a_plain_process_unless_asked_for(tmp_path):
     assert "Traceback" not in r.stderr and not (tmp_path / "out" / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_the_unfixed_kata_is_not_resolved_and_a_partial_fix_is_partial(repo, tmp_path):
     kata = find_kata(18)
     # at seed 0, which the proof covers: a bug may fail a check at some draws only, and grade draws a fresh seed
@@ -512,6 +513,7 @@ def test_the_unfixed_kata_is_not_resolved_and_a_partial_fix_is_partial(repo, tmp
     assert code == 1 and res["resolved"] == "RESOLVED_PARTIAL"
 
 
+@pytest.mark.slow
 def test_a_conftest_beside_the_submission_is_ignored(repo, tmp_path):
     cheat = ("import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
              "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")

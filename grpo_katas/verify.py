@@ -469,12 +469,8 @@ def main(argv=None) -> int:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
         if not seeds:  # the static tier: no verdict, no run
             problems += static_problems(katas)
-            print(f"\nstatic tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
-                  f"codebases) and {len(katas)} katas: {len(problems)} problem(s) in "
-                  f"{time.perf_counter() - start:.0f} s")
-            for p in problems:
-                print(f"  FAIL {p}")
-            return 1 if problems else 0
+            return conclude(f"static tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
+                            f"codebases) and {len(katas)} katas", problems, start)
         kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
         # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
         with ThreadPoolExecutor(2) as pool:
@@ -500,9 +496,14 @@ def main(argv=None) -> int:
     if checks:
         print_matrix(bugs, checks, first, codebases)
         problems += nan_problems(first)
-    print(f"\n{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings judged "
-          f"({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}: "
-          f"{len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
+    return conclude(f"{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings "
+                    f"judged ({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}",
+                    problems, start)
+
+
+def conclude(what: str, problems: list, start: float) -> int:
+    """A tier's last lines: what it judged, how many problems and how long, then each problem; its exit status."""
+    print(f"\n{what}: {len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
     for p in problems:
         print(f"  FAIL {p}")
     return 1 if problems else 0

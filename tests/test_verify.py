@@ -163,11 +163,11 @@ def test_the_full_tier_judges_every_planting_and_applies_every_rule(tmp_path, mo
 def test_the_static_tier_runs_nothing_and_still_applies_every_static_rule(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(verify, "run_matrix", lambda *a: pytest.fail("the static tier judges nothing"))
     monkeypatch.setattr(verify, "symptom_problems", lambda *a, **k: pytest.fail("the static tier runs nothing"))
-    assert verify.main(["--tier", "static"]) == 0, capsys.readouterr().out
-    assert "0 problem(s)" in capsys.readouterr().out
+    # the repository passes the static tier: make test runs it beside the tests; here a kata without its record
     broken = tmp_path / "katas"
     shutil.copytree(ROOT / "katas", broken)
     (broken / "01-kl-creep" / "run.txt").unlink()
     monkeypatch.setattr(verify, "load_katas", lambda: load_katas(broken))
     assert verify.main(["--tier", "static"]) == 1
-    assert "01-kl-creep: no recorded run with both tables (run.txt)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "01-kl-creep: no recorded run with both tables (run.txt)" in out and " 1 problem(s)" in out, out

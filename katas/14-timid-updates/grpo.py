@@ -290,9 +290,9 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
             id2std = dict.fromkeys(id2std, torch.std(scores))
         for i in range(bsz):
             if norm_adv_by_std_in_grpo:
-                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
-            else:
                 scores[i] = scores[i] - id2mean[index[i]]
+            else:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
         scores = scores.unsqueeze(-1) * response_mask
 
     return scores, scores
@@ -302,7 +302,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
     token_level_rewards = rewards.unsqueeze(-1)  # (bs, 1): each score on a response of one token
     advantages, _ = compute_grpo_outcome_advantage(token_level_rewards, torch.ones_like(token_level_rewards),
                                                    assign_uid(len(rewards), group_size), epsilon=eps,
-                                                   norm_adv_by_std_in_grpo=scale == ("group", "batch"),
+                                                   norm_adv_by_std_in_grpo=scale in ("group", "batch"),
                                                    std_from_batch=scale == "batch")
     return advantages.squeeze(-1)
 
@@ -313,7 +313,7 @@ def compute_advantage(data: DataProto, cfg: GRPOConfig) -> DataProto:
         response_mask=data.batch["response_mask"],
         index=data.non_tensor_batch["uid"],
         epsilon=cfg.adv_eps,
-        norm_adv_by_std_in_grpo=cfg.scale_rewards == ("group", "batch"),
+        norm_adv_by_std_in_grpo=cfg.scale_rewards in ("group", "batch"),
         std_from_batch=cfg.scale_rewards == "batch",
     )
     data.batch["advantages"] = advantages

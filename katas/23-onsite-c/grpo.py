@@ -584,7 +584,7 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
     # one mini-batch, the whole batch: one optimizer step per epoch
     mini_batches = data.chunk(1)
 
-    on_policy = len(mini_batches) == 1
+    on_policy = len(mini_batches) == 1 and cfg.grad_accum_steps == 1
 
     metrics = defaultdict(list)
     for epoch in range(cfg.num_iterations):

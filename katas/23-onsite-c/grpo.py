@@ -456,7 +456,7 @@ def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_
     pg_losses1 = -advantages * ratio
     pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     pg_losses = torch.minimum(pg_losses1, pg_losses2)
-    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+    pg_clipfrac = masked_mean(torch.lt(pg_losses2, pg_losses1).float(), response_mask)
 
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights

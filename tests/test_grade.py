@@ -140,7 +140,8 @@ def hostile(repo, out) -> dict:
             "                if os.readlink(f'/proc/self/fd/{_fd}').startswith('socket:'):\n"
             "                    os.write(int(_fd), frame)\n            except OSError:\n                pass\n"
             "        time.sleep(0.02)\nthreading.Thread(target=_forge, daemon=True).start()\n"),
-            "error|fail", "out of order|checks pass|undecodable|time limit", KATA.number, SHORT),  # a race of frames
+            "error|fail", "out of order|checks pass|undecodable|time limit|broke the protocol", KATA.number, SHORT),
+        # a race of frames: a forged frame may land inside a real one, whose header then reads as a wrong length
         "escapes-and-rewrites-out": (BUGGY + (
             f"\nimport atexit, os, subprocess, time\n_out = {str(out)!r}\n"
             "def _forge_results():\n    for _name in ('results.json', 'summary.md', 'junit.xml'):\n        try:\n"
@@ -158,8 +159,10 @@ def issue_19_cases() -> dict:
     kata_30_half_fixed = plant(codebase_source("trainer"), [load_bugs()["clip-high-on-lower"]], "trainer")
     return {
         "remounts-its-binds-writable": Case(BUGGY + REMOUNT, "fail", "checks pass"),
+        # partial: the bug left still fails its check; at some draws a check of the healed bug calls grpo_loss
+        # directly with clip_eps_high set, gets the NaN, and fails too (a check that passed before: RESOLVED_NO)
         "nan-gradients-hide-a-bug": Case(kata_30_half_fixed + NAN_WHEN_CALLED_DIRECTLY, "fail", "clip_eps_high",
-                                         kata=30, resolved="RESOLVED_PARTIAL"),
+                                         kata=30, resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
         "logs-a-100-mib-string": Case(GOOD + "\n_train = train\ndef train(*args, **kwargs):\n"
                                       "    history = _train(*args, **kwargs)\n"
                                       "    history[0]['loss'] = 'x' * (100 * 2**20)\n    return history\n",

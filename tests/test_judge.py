@@ -508,11 +508,12 @@ def brief_verdict(kata, path):
 def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_fix_that_heals_only_when_judged(
         tmp_path):
     """The healed kata (its codebase) and the reference pass; the kata fails with each of its brief's symptoms,
-    and so does kata 1 healed only under the checks. One kata per codebase, one of two ranks among them."""
-    from tests.test_grade import JUDGED, ON_FLOAT64, healed_when
-    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float64")}
+    and so does kata 1 healed only under the checks, or only where no argument is float64. One kata per codebase,
+    one of two ranks among them."""
+    from tests.test_grade import JUDGED, ON_FLOAT32, healed_when
+    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float32")}  # the brief's run is float64
     gated["judged"].write_text(healed_when(JUDGED))
-    gated["float64"].write_text(healed_when(ON_FLOAT64))
+    gated["float32"].write_text(healed_when(ON_FLOAT32))
     for n, others in [(1, [ROOT / "solutions" / "grpo.py"]), (2, []), (13, []), (10, []), (35, [])]:
         kata = find_kata(n)
         healed = CODEBASES[kata.codebase].path

@@ -797,9 +797,7 @@ class GRPOTrainer:
         logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
         per_token_logps = self._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
 
-        # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
-        # this pass: the ratio is then exactly 1, and ratio_deviation/max 0
-        old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps)
+        old_per_token_logps = per_token_logps
 
         loss, coef_1, per_token_kl = compute_grpo_loss(
             per_token_logps,

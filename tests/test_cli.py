@@ -144,6 +144,7 @@ def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     assert "0 of 1 bugs fixed" in seen and proc.returncode == 0 and "Traceback" not in seen + out
 
 
+@pytest.mark.slow
 def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo):
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
@@ -588,6 +589,7 @@ def test_watch_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo
     assert code == 0 and "0 of 1 bugs fixed" in out and "make:" not in out and "Traceback" not in out, out
 
 
+@pytest.mark.slow
 def test_run_takes_the_seed_and_device_given_and_its_header_says_so(repo):
     import torch
     cli(repo, "kata", "1")

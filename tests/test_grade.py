@@ -471,6 +471,7 @@ def test_nothing_a_submission_did_outlives_the_grading(hostile_results, repo):
     assert not planted, f"a submission wrote into {planted}"
 
 
+@pytest.mark.slow
 def test_the_reference_is_resolved_in_full_at_the_seed_asked_for(repo, tmp_path):
     code, res, _ = grade(repo, GOOD, tmp_path / "out", args=("--seed", "12345"))
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
@@ -606,6 +607,7 @@ def test_a_file_the_grader_cannot_read_is_refused_with_reports(repo, tmp_path):
     assert code == 1 and res["status"] == "error" and "Permission denied" in res["message"], res["message"]
 
 
+@pytest.mark.slow
 def test_whatever_fails_in_the_grader_the_reports_are_written(tmp_path, monkeypatch, capsys):
     """A failure class per step after OUT is ready: the judge does not start or crashes, its verdicts are missing or
     not a report, the grader itself raises; each gives an error with all three reports."""

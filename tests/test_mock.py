@@ -47,6 +47,7 @@ def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     assert code == 2 and "no mock round" in out
 
 
+@pytest.mark.slow
 def test_scorecards_never_overwrite_each_other(repo):
     for _ in range(2):
         start_round(repo, "1", "--minutes", "0.02")

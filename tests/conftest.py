@@ -1,7 +1,6 @@
 """Fixtures for the repository's own tests (the checks' plugin is the top-level conftest.py)."""
 import hashlib
 import os
-import re
 import shutil
 import subprocess
 
@@ -43,6 +42,9 @@ def pytest_addoption(parser):
                           "is free")
 
 
+TAKEN = pytest.StashKey[tuple]()  # (the indexes of the tests this process took, how many were collected): --share
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session):
     """pytest's own loop (_pytest/main.py) over the tests this process takes (--share): it takes the next one before
@@ -50,11 +52,11 @@ def pytest_runtestloop(session):
     folder = session.config.getoption("--share")
     if folder is None or session.config.option.collectonly or session.testsfailed:
         return None  # pytest's loop: it reports collection errors
-    TAKEN.clear()
-    TAKEN.total = len(session.items)
-    i = take(folder, session.items, 0)
+    taken = []
+    session.config.stash[TAKEN] = taken, len(session.items)
+    i = take(folder, session.items, 0, taken)
     while i is not None:
-        after = take(folder, session.items, i + 1)
+        after = take(folder, session.items, i + 1, taken)
         session.items[i].config.hook.pytest_runtest_protocol(
             item=session.items[i], nextitem=None if after is None else session.items[after])
         if session.shouldfail:
@@ -65,32 +67,26 @@ def pytest_runtestloop(session):
     return True
 
 
-def take(folder, items: list, start: int) -> int | None:
+def take(folder, items: list, start: int, taken: list) -> int | None:
     """The index of the first test from `start` on that no process sharing `folder` has taken, now taken by this one
-    (a file named by its id's hash, made if absent in one atomic step), or None."""
+    (a file named by its id's hash, made if absent in one atomic step) and added to `taken`, or None."""
     for i in range(start, len(items)):
         name = hashlib.sha256(items[i].nodeid.encode()).hexdigest()[:32]
         try:
             os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             continue
-        TAKEN.append(i)
+        taken.append(i)
         return i
     return None
-
-
-class Taken(list):
-    total = 0  # of the tests collected
-
-
-TAKEN = Taken()  # the tests this process took
 
 
 def pytest_terminal_summary(terminalreporter, config):
     """A test file skipped whole (tests/test_hf.py without the hf extra) says why in one line; pytest -q would
     only count it. With --share, how many of the tests this process ran."""
-    if config.getoption("--share") and TAKEN.total:
-        terminalreporter.write_line(f"this worker took {len(TAKEN)} of the {TAKEN.total} tests, the others the rest")
+    if TAKEN in config.stash:
+        taken, total = config.stash[TAKEN]
+        terminalreporter.write_line(f"this worker took {len(taken)} of the {total} tests, the others the rest")
     for report in terminalreporter.stats.get("skipped", []):
         if "::" not in report.nodeid and isinstance(report.longrepr, tuple):
             terminalreporter.write_line(f"{report.nodeid} skipped: {report.longrepr[2].removeprefix('Skipped: ')}")

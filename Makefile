@@ -140,7 +140,7 @@ HELP := \
 $(STAMP): pyproject.toml constraints.txt
 	+@echo "setting up $(VENV) with the pinned dependencies (a minute or two, once)"
 	+$(PY) -m venv $(VENV)
-	+$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e .
+	+$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[dev]'
 	+@$(PYTHON) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
 	+@command -v bwrap >/dev/null || { $(DO_bubblewrap); }
 	+touch $(STAMP)

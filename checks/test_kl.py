@@ -23,6 +23,12 @@ def test_kl_is_the_k3_estimator(grpo, seed, draw):
         d = (ref - logp).reshape(-1)[i].item()
         pytest.fail(f"kl: for log pi_ref - log pi = {d:+.3f} the penalty is {got.reshape(-1)[i]:.4f}; the k3 "
                     f"estimate of KL(pi || pi_ref) there is exp(d) - d - 1 = {expected.reshape(-1)[i]:.4f}")
+    got32 = grpo.kl_penalty(logp.float(), ref.float()).detach().double()  # the precision a training loop runs in
+    if not close(got32, expected, atol=1e-4, rtol=1e-3):
+        i = worst(got32, expected)
+        pytest.fail(f"kl: in float32, for log pi_ref - log pi = {(ref - logp).reshape(-1)[i]:+.3f} the penalty is "
+                    f"{got32.reshape(-1)[i]:.4f} (in float64 {got.reshape(-1)[i]:.4f}); the k3 estimate there is "
+                    f"{expected.reshape(-1)[i]:.4f}")
 
 
 @pytest.mark.parametrize("draw", DRAWS)

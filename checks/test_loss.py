@@ -21,6 +21,10 @@ def test_loss_matches_the_objective(grpo, seed, draw):
     assert close(loss, expected, atol=1e-5, rtol=1e-4), (
         f"loss: {loss:.5f} where the GRPO objective (mean over rows of each row's masked token mean of "
         f"-min(r*A, clip(r)*A) + beta*kl) is {expected:.5f} (clip_eps {cfg.clip_eps}, beta {cfg.beta})")
+    loss32, _ = loss_and_grad(grpo, *(x.float() for x in inputs), cfg)  # the precision a training loop runs in
+    assert close(loss32, expected, atol=1e-4, rtol=1e-3), (
+        f"loss: on the same inputs in float32 the loss is {loss32:.5f}, in float64 {loss:.5f}; the GRPO objective "
+        f"is {expected:.5f} (clip_eps {cfg.clip_eps}, beta {cfg.beta})")
 
 
 @pytest.mark.parametrize("draw", DRAWS)

@@ -91,11 +91,18 @@ def test_one_step_moves_the_policy_like_the_oracle(grpo, seed, draw):
     gen = rng(seed, draw, 51)
     mu, beta = [1, 2, 3][draw], [0.04, 0.0, 0.1][draw]
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, num_iterations=mu, beta=beta, max_grad_norm=0.5)
+    policy32, ref32 = copy.deepcopy(policy).float(), copy.deepcopy(ref).float()
     got, expected, _, stats = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=2.0)
     err = relative_error(got, expected)
     assert close(err, 0.0, atol=2e-3), (
         f"update: one grpo_step (num_iterations {mu}, beta {beta}) differs from the oracle's step by {err:.1%} of "
         f"its size ({describe(got, expected)})")
+    got32, _, _ = target_step(grpo, policy32, ref32, rollout, rewards, cfg, lr=2.0)  # as a training loop runs
+    got32 = {name: d.double() for name, d in got32.items()}
+    err = relative_error(got32, expected)
+    assert close(err, 0.0, atol=5e-3), (
+        f"update: the same grpo_step on float32 models (num_iterations {mu}, beta {beta}) differs from the oracle's "
+        f"step by {err:.1%} of its size ({describe(got32, expected)}), where the float64 step agrees")
     assert isinstance(stats, dict) and all(k in stats for k in ("loss", "kl")), (
         f"update: grpo_step returned {sorted(stats) if isinstance(stats, dict) else stats!r}; expected a dict "
         f"with at least 'loss' and 'kl'")

@@ -79,6 +79,10 @@ def cmd_run(args) -> int:
     return 0
 
 
+NO_BRIEF = ("a file checked on its own has no kata, so no brief whose run to judge; make check N=.. trains your "
+            "copy of a kata as make run does and asks each symptom of its brief to be gone")
+
+
 def cmd_check(args) -> int:
     """The checks on a kata's copy or on --target, at --seed, all or one --component; a table (with --all every
     failing check below it) or, with --format json, one JSON object on stdout (render.check_json's schema)."""
@@ -96,8 +100,9 @@ def cmd_check(args) -> int:
     title = f"kata {kata.key}: {shown(path)}" if kata else shown(path)
     title += (f", seed {args.seed}" if args.seed or not kata else "") + (f", {component} only" if component else "")
     extras = (f", seed {args.seed}" if args.seed else "") + (f", {component} only" if component else "")
-    with render.busy(f"the hidden checks on {shown(path)}{extras} (about 10 s)"):
-        results = run_checks(path, args.seed, component)
+    then = ", then the brief's run (about 15 s)" if kata and not component else " (about 10 s)"
+    with render.busy(f"the hidden checks on {shown(path)}{extras}{then}"):
+        results = run_checks(path, args.seed, component, kata)
     whole = kata is not None and component is None  # only every check of a kata says which bugs are fixed
     fixed = fixed_bug_ids(kata, load_bugs(), results) if whole else None
     failed = sum(not r.passed for r in results.values())
@@ -110,7 +115,8 @@ def cmd_check(args) -> int:
     if as_json:
         print(render.check_json(results, path, args.seed, component, kata, fixed, record))
         return 1 if failed else 0
-    render.check_report(results, title, kata if whole else None, fixed or (), every=args.all, component=component)
+    render.check_report(results, title, kata if whole else None, fixed or (), every=args.all, component=component,
+                        run_skipped=NO_BRIEF if kata is None and component is None else "")
     if failed:
         return 1
     if record:
@@ -307,10 +313,11 @@ COMMANDS = {
             "To see the symptom before reading code, and to see it go after a fix: what your loop prints shows "
             "above the table (the full output in run.log), and the healthy run uses the same seed and settings, so "
             "a difference in the curves is your loop's."),
-    "check": (cmd_check, "run the hidden checks on your copy (or on --target FILE): a table by component and how "
-                         "many bugs are fixed",
-              "The verdict: the checks judge what your functions do, never how they are written; all passing "
-              "is solved."),
+    "check": (cmd_check, "run the hidden checks on your copy (or on --target FILE), then train it as make run does "
+                         "and judge the brief's symptoms: a table by component and how many bugs are fixed",
+              "The verdict: the checks judge what your functions do, never how they are written, and the run "
+              "component that every symptom of the brief is gone from your copy's run; all passing is solved. A "
+              "--target file has no brief: its run component is skipped, and so is a kata's with --component."),
     "watch": (cmd_watch, "rerun the checks each time your copy is saved, and move on to the next kata once solved",
               "For an edit, save, look loop while you work on a fix. Once the checks pass it offers the next unsolved "
               "kata (n starts it; without a terminal it starts it); Ctrl-C or q stops, status 0."),

@@ -8,8 +8,10 @@ Three processes, and the submission runs in the last alone. This one draws the s
 writes OUT. The judge (`python -m grpo_katas.matrix`, its child) runs the checks and the oracle and never imports
 the submission. A copy of the submission is imported by a worker process inside a bubblewrap sandbox (its own
 filesystem view with no repository, no checks and no output folder; no capability; no network; its own PID
-namespace; memory, CPU and file-size limits), and every contract call a check makes runs there. Only data comes
-back; every comparison and verdict is made in the judge, and OUT is written here only.
+namespace; memory, CPU and file-size limits), and every contract call a check makes runs there. So does the brief's
+run (run::brief_symptoms_gone): the copy trained as `make run` trains it, each step's numbers sent back, and each
+symptom of the kata's brief required gone against the healthy codebase's run (grpo_katas/judge/brief.py). Only
+data comes back; every comparison and verdict is made in the judge, and OUT is written here only.
 
 A plain-process worker is no sandbox (it can read and write what you can, and signal the grader), so grading
 refuses to run without bubblewrap unless `--sandbox process` asks for exactly that; results.json records the mode.
@@ -22,14 +24,22 @@ checks' inputs (recorded in results.json; `--seed` replays one). Whatever the su
 results.json, junit.xml and summary.md are written and valid: every text in them is cut to a length and cleaned
 of what UTF-8 or XML cannot carry. The exit status is 0 only when the kata is resolved in full; 2 for a usage
 error (an unknown kata, an OUT that cannot be written, no sandbox).
+
+The submission is read once, and only as a regular file of its own: a symbolic link (even to a regular file), a
+folder, a FIFO, a socket or a device is refused without being opened, and so is a file larger than
+MAX_SUBMISSION_BYTES (at most that many bytes and one more are ever read, so /proc/self/pagemap cannot fill a
+disk). The copy the judge imports is those bytes; nothing else of the host's files is read on the submission's
+behalf, so no host file's text can reach a report. Whatever the submission is or does, once OUT is ready the
+grading ends with all three reports written; only the caller's mistakes (the kata, OUT, the sandbox) are usage
+errors without them.
 """
 import argparse
 import json
 import os
 import re
 import secrets
-import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -38,13 +48,16 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from grpo_katas import ROOT, matrix
-from grpo_katas.catalogue import CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue import RUN_CHECK, CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
 from grpo_katas.judge import sandbox as sandboxes
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
 GRACE_S = 6                      # the judge may run this long past the time limit before it is killed
 REPORT_BYTES = 8 * 2**20         # the judge's verdicts file is refused beyond this
 EVENTS = 20                      # worker events kept in results.json
+MAX_SUBMISSION_BYTES = 2**20     # a kata's loop is 10 to 40 kB; a larger file is refused unread
+KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+         (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
 # what neither UTF-8 nor XML 1.0 can carry: lone surrogates, C0 controls but tab, newline and return, U+FFFE/F
 UNWRITABLE = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
 
@@ -53,19 +66,80 @@ class UsageError(Exception):
     """A mistake in how the grader was called (not the submission's fault): one line, exit status 2."""
 
 
-def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, seed: int) -> tuple:
+class Refused(Exception):
+    """A submission that is not graded (not a regular file, too large, unreadable): the message names the path and
+    why, and never quotes the file."""
+
+
+def read_submission(path: Path, limit: int = MAX_SUBMISSION_BYTES) -> bytes:
+    """The submission's bytes, when it is a regular file of at most `limit` bytes. It is looked at before it is
+    opened (a FIFO or a device is never opened), opened without following a link and without blocking, and the
+    opened file is checked again (a path swapped in between is refused); at most limit + 1 bytes are read."""
+    try:
+        seen = os.lstat(path)
+    except FileNotFoundError:
+        raise Refused(f"{path}: no such file") from None
+    except OSError as exc:
+        raise Refused(f"{path}: cannot be looked at ({exc.strerror or exc})") from None
+    refuse_kind(path, seen.st_mode)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise Refused(f"{path}: cannot be opened ({exc.strerror or exc})") from None
+    try:
+        opened = os.fstat(fd)
+        refuse_kind(path, opened.st_mode)
+        if (opened.st_dev, opened.st_ino) != (seen.st_dev, seen.st_ino):
+            raise Refused(f"{path}: replaced by another file while it was opened")
+        data = read_at_most(fd, limit + 1)
+    except OSError as exc:
+        raise Refused(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise Refused(f"{path}: larger than {limit:,} bytes (a kata's loop is under 50 kB): not graded")
+    return data
+
+
+def refuse_kind(path: Path, mode: int) -> None:
+    if stat.S_ISLNK(mode):
+        raise Refused(f"{path}: a symbolic link, not a regular file: a submission is graded as a file of its own, "
+                      f"never through a link (copy the file it points to)")
+    if not stat.S_ISREG(mode):
+        kind = next((kind for test, kind in KINDS if test(mode)), "a special file")
+        raise Refused(f"{path}: {kind}, not a regular file: a submission is graded as a file of its own")
+
+
+def read_at_most(fd: int, n: int) -> bytes:
+    chunks, got = [], 0
+    while got < n:
+        chunk = os.read(fd, min(n - got, 2**20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
+
+
+def judge(submission: Path, kata, time_limit: float, memory_gb: float, sandbox: str, seed: int) -> tuple:
     """(matrix.Run, why it gives no verdict or None, seconds) for a private copy of the submission, judged in a
     child process that is killed GRACE_S seconds after the time limit whatever it is doing; messages name the
-    submission, not the copy."""
+    submission, not the copy. The copy is made inside the clock; a submission that is refused gives no run."""
     start = time.monotonic()
+    try:
+        source = read_submission(submission)
+    except Refused as exc:
+        return matrix.Run(3, [{}], {}, "none (not graded)", []), str(exc), time.monotonic() - start
     with tempfile.TemporaryDirectory(prefix="grpo-grade-") as tmp:
         copy, verdicts, log = Path(tmp) / "grpo.py", Path(tmp) / "verdicts.json", Path(tmp) / "judge.log"
-        shutil.copyfile(submission, copy)
-        cmd = [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts),
-               f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--deadline={start + time_limit}", str(copy)]
-        with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
-            proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                                    env={**os.environ, "TMPDIR": tmp}, start_new_session=True)
+        copy.write_bytes(source)
+        cmd = judge_command(copy, verdicts, seed, sandbox, memory_gb, start + time_limit, kata.key)
+        try:
+            with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
+                proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                        stderr=err, env={**os.environ, "TMPDIR": tmp}, start_new_session=True)
+        except OSError as exc:
+            return no_run(), f"the judge could not start ({exc.strerror or exc})", time.monotonic() - start
         try:
             proc.wait(timeout=max(0.0, start + time_limit + GRACE_S - time.monotonic()))
             run, problem = read_verdicts(verdicts, proc.returncode, log)
@@ -86,13 +160,20 @@ def judge(submission: Path, time_limit: float, memory_gb: float, sandbox: str, s
     return run, problem or why_no_verdict(run, seed), time.monotonic() - start
 
 
+def judge_command(copy: Path, verdicts: Path, seed: int, sandbox: str, memory_gb: float, deadline: float,
+                  kata_key: str) -> list:
+    """The judge's command line: the checks and the brief's run on the copy, its verdicts written to `verdicts`."""
+    return [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts), f"--kata={kata_key}",
+            f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--deadline={deadline}", str(copy)]
+
+
 def read_verdicts(path: Path, status: int, log: Path) -> tuple:
     """(the judge's run, None), or (an empty run, why the judge gave none)."""
     try:
         if path.stat().st_size > REPORT_BYTES:
             raise ValueError(f"a verdicts file of {path.stat().st_size} bytes")
         return matrix.from_report(json.loads(path.read_text())), None
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except Exception as exc:  # absent, cut short by a kill, or not a report: the judge gave no verdicts
         tail = log.read_bytes()[-500:].decode("utf-8", "replace").strip() if log.exists() else ""
         return no_run(), f"the judge failed (exit status {status}; {exc}): {tail}"
 
@@ -114,8 +195,8 @@ def why_no_verdict(run: matrix.Run, seed: int) -> str | None:
 
 def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Path, seconds: float,
                   seed: int) -> dict:
-    f2p = fail_to_pass(kata, bugs)
-    task_of = {}
+    f2p = fail_to_pass(kata, bugs) | ({RUN_CHECK} if kata.symptoms else set())  # the brief's run: its symptoms
+    task_of = {RUN_CHECK: kata.bugs[0]} if len(kata.bugs) == 1 else {}  # the run is the brief's: its bugs' together
     for b in kata.bugs:
         for c in bugs[b].checks:
             task_of.setdefault(c, b)
@@ -274,22 +355,41 @@ def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bub
         raise UsageError("SUBMISSION is required: the file to grade (make grade N=.. SUBMISSION=path/to/grpo.py OUT=dir)")
     out, submission, bugs = prepare_out(out), Path(submission), load_bugs()
     seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh seed: no check's inputs known in advance
-    if not submission.is_file():
-        run = matrix.Run(1, [{}], {}, "none", [])
-        results = build_results(kata, bugs, run, f"{submission}: no such file", submission, 0.0, seed)
-    else:
+    if os.path.lexists(submission):  # a submission that is not there is graded as such, sandbox or not
         check_sandbox(sandbox)
-        if sys.stderr.isatty():  # the checks take a while, and print nothing until they are done
-            print(f"grading {submission} against kata {kata.key}: the checks, in a sandbox ...", file=sys.stderr)
-        run, problem, seconds = judge(submission, time_limit, memory_gb, sandbox, seed)
-        results = build_results(kata, bugs, run, problem, submission, seconds, seed)
-    (out / "results.json").write_text(json.dumps(results, indent=1, ensure_ascii=False), encoding="utf-8")
-    write_junit(results, out / "junit.xml")
-    (out / "summary.md").write_text(summary_markdown(results), encoding="utf-8")
+    results = graded(kata, bugs, submission, time_limit, memory_gb, sandbox, seed)
+    write_reports(results, out)
     print(f"kata {kata.key}: {results['resolved']} ({results['status']})"
           + (f": {results['message']}" if results["message"] else "") + f"; seed {seed}; results in "
           f"{out}/results.json")
     return 0 if results["resolved"] == RESOLVED["full"] else 1
+
+
+def graded(kata, bugs, submission: Path, time_limit, memory_gb, sandbox, seed) -> dict:
+    """The results of grading the submission: whatever it is, whatever fails on the way, a verdict."""
+    try:
+        if sys.stderr.isatty():  # the checks take a while, and print nothing until they are done
+            print(f"grading {submission} against kata {kata.key}: the checks, in a sandbox ...", file=sys.stderr)
+        run, problem, seconds = judge(submission, kata, time_limit, memory_gb, sandbox, seed)
+        return build_results(kata, bugs, run, problem, submission, seconds, seed)
+    except Exception as exc:  # a defect of the grader or of this machine: still a verdict, never a traceback
+        problem = f"the grader failed ({type(exc).__name__}: {str(exc)[:300]})"
+        return build_results(kata, bugs, no_run(), problem, submission, 0.0, seed)
+
+
+def write_reports(results: dict, out: Path) -> None:
+    """results.json, junit.xml and summary.md, each written whole or not at all (a temporary file, then renamed);
+    an OUT that cannot take them is the caller's to fix."""
+    junit = out / ".junit.xml.tmp"
+    try:
+        write_junit(results, junit)
+        for name, text in (("results.json", json.dumps(results, indent=1, ensure_ascii=False)),
+                           ("summary.md", summary_markdown(results))):
+            (out / f".{name}.tmp").write_text(text, encoding="utf-8")
+        for name in ("junit.xml", "summary.md", "results.json"):
+            os.replace(out / f".{name}.tmp", out / name)
+    except OSError as exc:
+        raise UsageError(f"cannot write the reports to {out}: {exc.strerror or exc}") from None
 
 
 def main(argv=None) -> int:

@@ -30,18 +30,19 @@ def python_env() -> dict:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "2")}
 
 
-def run_checks(path: Path, seed: int = 0, component: str | None = None) -> dict:
+def run_checks(path: Path, seed: int = 0, component: str | None = None, kata=None) -> dict:
     """{CheckId: Verdict} for one file, judged exactly as CI judges it: the checks run in this process, the file
-    in a sandboxed worker process (grpo_katas/judge); with `component`, only that component's checks (its file in
-    checks/). Raises UserError when it cannot be judged, and KeyboardInterrupt when Ctrl-C stopped the checks
-    (pytest catches it and returns its status for it)."""
+    in a sandboxed worker process (grpo_katas/judge), and with a kata its brief's run (run::brief_symptoms_gone);
+    with `component`, only that component's checks (its file in checks/) and no run. Raises UserError when it cannot
+    be judged, and KeyboardInterrupt when Ctrl-C stopped the checks (pytest catches it and returns its status)."""
     import pytest
 
     from grpo_katas import matrix  # pytest and torch, imported only when checks run
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.is_file():
         raise UserError(f"{shown}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
-    run = matrix.run([path], [seed], checks=component_checks(component) if component else CHECKS)
+    run = matrix.run([path], [seed], checks=component_checks(component) if component else CHECKS,
+                     kata=None if component else kata)
     if run.exit_code == pytest.ExitCode.INTERRUPTED:
         raise KeyboardInterrupt
     if 0 in run.load_errors:

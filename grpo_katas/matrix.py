@@ -9,6 +9,10 @@ message; so is an item whose setup or teardown failed. Each failure also records
 own assertion ("assertion"), a contract call that raised, hung or crashed ("call"), or an exception in the
 checks' own code ("error", which `make verify` refuses). A message is kept to MESSAGE_CHARS characters, whatever
 a target made a check quote.
+
+With a kata (`--kata N`, one target), the brief's run is judged too, after the checks and by the same worker:
+run::brief_symptoms_gone (grpo_katas/judge/brief.py), a verdict that stands for every seed. Without one there is
+no brief, and no verdict on a run.
 """
 import argparse
 import contextlib
@@ -22,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from grpo_katas import CHECKS, ROOT
-from grpo_katas.catalogue import CheckId
+from grpo_katas.catalogue import RUN_CHECK, CheckId
 
 MESSAGE_CHARS = 2000
 
@@ -54,11 +58,12 @@ def check_id(item) -> CheckId:
 class Collector:
     """A pytest plugin that files every report under (target, seed, check) and keeps the worker's record."""
 
-    def __init__(self, targets):
+    def __init__(self, targets, brief=None):
         self.index = {str(Path(t).resolve()): i for i, t in enumerate(targets)}
         self.where = {}                          # nodeid -> (target index, seed, CheckId)
         self.outcomes = defaultdict(dict)        # nodeid -> {phase: (outcome, message, kind)}
         self.worker = None
+        self.brief, self.first, self.run_verdict = brief, None, None   # the brief's run of the first target
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_collection_modifyitems(self, config, items):
@@ -69,6 +74,8 @@ class Collector:
                 continue
             target = params["grpo"]
             self.worker = target.worker
+            if self.index[str(target.path.resolve())] == 0:
+                self.first = target
             # a check that draws nothing from the seed (the training run) stands for every seed
             self.where[item.nodeid] = (self.index[str(target.path.resolve())],
                                        (params["seed"],) if "seed" in params else seeds, check_id(item))
@@ -78,11 +85,25 @@ class Collector:
             kind = dict(report.user_properties).get("failure", "skipped" if report.skipped else "")
             self.outcomes[report.nodeid][report.when] = (report.outcome, failure_message(report), kind)
 
+    def pytest_sessionfinish(self, session, exitstatus):
+        """The brief's run, while the worker is still there (pytest_unconfigure closes it); not after a Ctrl-C."""
+        if self.brief is None or self.brief.skipped() or self.first is None \
+                or exitstatus == pytest.ExitCode.INTERRUPTED:
+            return
+        try:
+            passed, message, kind = self.brief.verdict(self.first)
+        except Exception as exc:  # a defect of the judge's own side: a failure that says so, never a pass
+            passed, message, kind = False, f"the brief's run could not be judged ({type(exc).__name__}: {exc})", "error"
+        self.run_verdict = Verdict(passed, message[:MESSAGE_CHARS], kind, 1)
+
     def verdicts(self, n_targets: int) -> list:
         out = [defaultdict(dict) for _ in range(n_targets)]
         for nodeid, (target, seeds, check) in self.where.items():
             for seed in seeds:
                 self.file(out[target][seed].setdefault(check, Verdict(True)), self.outcomes.get(nodeid, {}))
+        if self.run_verdict is not None:  # the brief's run has no seed of the checks': it stands for each
+            for seed in list(out[0]):
+                out[0][seed][RUN_CHECK] = self.run_verdict
         return [dict(t) for t in out]
 
     @staticmethod
@@ -115,9 +136,16 @@ def failure_message(report) -> str:
 
 
 def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, time_limit: float | None = None,
-        deadline: float | None = None, checks: Path = CHECKS, echo: bool = False) -> Run:
-    """Run the checks in this process against the targets; the targets run in one worker process."""
-    collector = Collector(targets)
+        deadline: float | None = None, checks: Path = CHECKS, echo: bool = False, kata=None) -> Run:
+    """Run the checks in this process against the targets; the targets run in one worker process. With a kata (one
+    target), its brief's run is judged as well."""
+    brief = None
+    if kata is not None:
+        if len(targets) != 1:
+            raise ValueError("the brief's run judges one target")
+        from grpo_katas.judge.brief import Brief
+        brief = Brief(kata).start()
+    collector = Collector(targets, brief)
     # logging and warnings capture cost more than the checks on a busy run, and the checks use neither
     args = [str(checks), "-q", "-p", "no:cacheprovider", "-p", "no:logging", "-p", "no:warnings",
             "--rootdir", str(ROOT), "--no-header",
@@ -161,10 +189,17 @@ def main(argv=None):
     parser.add_argument("--time-limit", type=float, default=None, help="wall-clock seconds for every contract call")
     parser.add_argument("--deadline", type=float, default=None,
                         help="the same as an instant, time.monotonic() on this machine (what grade passes its judge)")
+    parser.add_argument("--kata", default=None,
+                        help="the kata the one target fixes (7, d3): its brief's run is judged too (run::...)")
     parser.add_argument("targets", nargs="+")
     args = parser.parse_args(argv)
+    kata = None
+    if args.kata is not None:
+        from grpo_katas import drills
+        from grpo_katas.catalogue import find_kata
+        kata = drills.load(args.kata) if drills.is_drill(args.kata) else find_kata(args.kata)
     r = run(args.targets, args.seed or [0], sandbox=args.sandbox, memory_gb=args.memory_gb,
-            time_limit=args.time_limit, deadline=args.deadline)
+            time_limit=args.time_limit, deadline=args.deadline, kata=kata)
     Path(args.out).write_text(json.dumps(report(r, args.targets)))
     return r.exit_code
 

@@ -23,7 +23,7 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from grpo_katas.catalogue import COMPONENTS
+from grpo_katas.catalogue import CHECK_COMPONENTS
 from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, by_rank, cell, curves_for, plot_png, series, shared_range,
                                sparkline, table_columns,
                                summarize)
@@ -437,11 +437,12 @@ def curves(label: str, history: list, reference: list, steps: int, problem: str 
 
 # --- make check --------------------------------------------------------------------------------------
 
-def check_report(results: dict, title: str, kata=None, fixed=(), every: bool = False, component=None) -> int:
+def check_report(results: dict, title: str, kata=None, fixed=(), every: bool = False, component=None,
+                 run_skipped: str = "") -> int:
     """The check table (one component's row with `component`), with `every` each failing check and its message
     below it, then how many checks pass (and, for a whole kata, how many of its bugs are fixed); returns the number
-    of checks that fail."""
-    console.print(check_table(results, title))
+    of checks that fail. `run_skipped` says why the brief's run was not judged (a file without a kata)."""
+    console.print(check_table(results, title, run_skipped))
     failed = sorted(c for c, r in results.items() if not r.passed)
     if every and failed:
         console.print(failing_checks(results, failed))
@@ -450,17 +451,20 @@ def check_report(results: dict, title: str, kata=None, fixed=(), every: bool = F
     return len(failed)
 
 
-def check_table(results: dict, title: str) -> Table:
+def check_table(results: dict, title: str, run_skipped: str = "") -> Table:
     table = Table(title=title)
     for col in ("component", "checks", "result", "first failure"):
         table.add_column(col, overflow="fold")
-    for comp in COMPONENTS:
+    for comp in CHECK_COMPONENTS:
         mine = {c: r for c, r in results.items() if c.component == comp}
-        if not mine:  # a component that was not run (make check COMPONENT=...)
+        if not mine:  # a component that was not run (make check COMPONENT=...), or a file's run without a brief
+            if comp == "run" and run_skipped:
+                table.add_row(comp, "-", "[yellow]skipped[/]", escape(run_skipped))
             continue
         failed = [r for r in mine.values() if not r.passed]
         verdict = "[green]pass[/]" if not failed else f"[red]fail ({len(failed)})[/]"
-        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict, escape(failed[0].message) if failed else "")
+        table.add_row(comp, f"{len(mine) - len(failed)}/{len(mine)}", verdict,
+                      escape(failed[0].message) if failed else "")
     return table
 
 
@@ -482,7 +486,7 @@ def check_json(results: dict, path, seed: int, component, kata=None, fixed=None,
     import json
     order = sorted(results)
     comps = [{"name": comp, "passed": sum(results[c].passed for c in order if c.component == comp),
-              "total": sum(c.component == comp for c in order)} for comp in COMPONENTS
+              "total": sum(c.component == comp for c in order)} for comp in CHECK_COMPONENTS
              if any(c.component == comp for c in order)]
     out = {"schema": CHECK_SCHEMA, "target": shown(path), "kata": kata.key if kata else None, "seed": seed,
            "component": component, "passed": sum(results[c].passed for c in order), "total": len(order),

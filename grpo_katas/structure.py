@@ -9,12 +9,19 @@ codebase (the codebase's own shape is not a tell):
   - a keyword parameter no caller passes: a parameter with a default that some call in the codebase passes and no
     call in the planted file does, or a new parameter with a default that nothing passes;
   - a twin computation: a planted line that computes the same kind of quantity (a spread, a softmax, a mean, an
-    exponential) from the same tensor as a line a few lines away, so one of the two is plainly the odd one out.
+    exponential) from the same tensor as a line a few lines away, so one of the two is plainly the odd one out;
+and a reader's tells, what the words and statements around a planted line say against it:
+  - a comment that contradicts it: a comment or docstring line within NEAR lines of a planted line, left as the
+    codebase has it, that names what the codebase's lines did there (no grad, detach, a mask, the temperature, an
+    eps, a clamp, a copy, ...) where the planted lines no longer do it (their code lost every token of it);
+  - a dropped result: a statement that calls a pure function of tensors (x.div(t), x.clamp(...), x.masked_fill(...),
+    torch.exp(...)) and keeps nothing of its value, which the codebase does not have.
 
     python -m grpo_katas.structure                    # every planting's structural tells, and the near-identical
                                                       # plantings of one bug across codebases
 """
 import ast
+import collections
 import difflib
 import functools
 import io
@@ -35,6 +42,29 @@ FAMILIES = {  # the kind of quantity a call computes, for twin computations
 }
 NOT_A_TENSOR = {"cfg", "config", "self", "torch", "F", "math", "args", "dim", "keepdim", "eps"}
 WINDOW = 4  # lines either side of a planted line in which a twin counts
+NEAR = 3    # lines either side of a planted line in which a comment or docstring speaks of it
+# what a comment can say a line does: (what it says, as a pattern over the prose; the code tokens that do it)
+SAYS = {
+    "no grad": (r"no[ _-]?grad|without (a )?grad|no gradient|inference[ _]mode",
+                r"^(no_grad|inference_mode|detach|requires_grad_?)$"),
+    "detach": (r"\bdetach", r"^detach$"),
+    "mask": (r"\bmask", r"mask"),
+    "temperature": (r"temperature", r"temperature"),
+    "eps": (r"\beps\b|epsilon", r"(^|_)eps$|epsilon"),
+    "clamp": (r"\bclamp|\bclip", r"^(clamp|clip|clamp_|clip_|clip_grad_norm_)$"),
+    "copy": (r"\b(deep)?copy\b|\bclone", r"^(deepcopy|copy|clone)$"),
+    "frozen": (r"\bfrozen\b|\bfreeze", r"^(requires_grad_?|no_grad|deepcopy|eval)$"),
+    "sync": (r"\bsync", r"sync"),
+    "zero grad": (r"zero(es|ed)? (the |its )?grad|zero_grad", r"^zero_grad$"),
+}
+# tensor methods and torch functions whose only effect is the value they return
+PURE = {"div", "mul", "add", "sub", "neg", "pow", "sqrt", "exp", "log", "abs", "clamp", "clip", "masked_fill",
+        "masked_scatter", "where", "softmax", "log_softmax", "logsumexp", "sum", "mean", "std", "var", "max", "min",
+        "minimum", "maximum", "detach", "clone", "float", "double", "half", "bfloat16", "to", "type", "view",
+        "reshape", "unsqueeze", "squeeze", "transpose", "permute", "contiguous", "expand", "expand_as", "repeat",
+        "repeat_interleave", "gather", "index_select", "cat", "stack", "flip", "cumsum", "sigmoid", "tanh",
+        "argmax", "zeros_like", "ones_like", "full_like", "empty_like", "nan_to_num", "tril", "triu", "chunk",
+        "split", "tensor_split", "narrow", "roll", "lerp", "addcmul", "addcdiv", "reciprocal", "rsqrt"}
 
 
 def _own_nodes(fn):
@@ -196,11 +226,88 @@ def twin_computations(healthy: str, planted: str) -> list:
     return out
 
 
+def _prose(source: str) -> dict:
+    """{line index: (the comment or docstring text on that line, whether it trails code)} of a source; each line
+    of a docstring counts."""
+    out = {}
+    try:
+        for t in tokenize.generate_tokens(io.StringIO(source).readline):
+            if t.type == tokenize.COMMENT:
+                out[t.start[0] - 1] = (t.string.lstrip("#"), bool(t.line[:t.start[1]].strip()))
+        tree = ast.parse(source)
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        return out
+    lines = source.splitlines()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+            for i in range(body[0].lineno - 1, body[0].end_lineno):
+                out[i] = (lines[i], False)
+    return out
+
+
+def _code(lines: list, prose: dict, a: int, b: int) -> list:
+    """The code tokens of lines a..b-1, their comments and docstrings left out."""
+    return [t for k in range(a, b) if k not in prose or prose[k][1]
+            for t in _tokens(lines[k][:lines[k].index("#")] if prose.get(k, ("", False))[1] else lines[k])]
+
+
+def _does(tokens, pattern: str) -> bool:
+    return any(re.search(pattern, t) for t in tokens)
+
+
+def contradicting_comments(healthy: str, planted: str) -> list:
+    """'line N ...' for each comment or docstring line within NEAR lines of a planted line, the same as the codebase
+    has it, that names something (SAYS) the codebase's lines there did and the planted lines no longer do."""
+    old, new = healthy.splitlines(), planted.splitlines()
+    old_prose, new_prose = _prose(healthy), _prose(planted)
+    out = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        before, after = _code(old, old_prose, i1, i2), _code(new, new_prose, j1, j2)
+        lost = [what for what, (_, does) in SAYS.items() if _does(before, does) and not _does(after, does)]
+        if not lost:
+            continue
+        kept = {" ".join(old_prose[k][0].split()) for k in range(max(0, i1 - NEAR), min(len(old), i2 + NEAR))
+                if k in old_prose}
+        for k in range(max(0, j1 - NEAR), min(len(new), max(j2, j1 + 1) + NEAR)):
+            text, trailing = new_prose.get(k, ("", False))
+            text = " ".join(text.split())
+            if not text or text not in kept or (trailing and not j1 <= k < j2):
+                continue  # a comment that trails a line the planting left speaks of that line
+            said = [what for what in lost if re.search(SAYS[what][0], text, re.I)]
+            if said:
+                out.append(f"line {k + 1} says {said[0]!r} ({text[:60]!r}) where the planted code no longer does it")
+                break
+    return out
+
+
+def _dropped(source: str) -> list:
+    """The statements of a source that call a pure function of tensors (PURE) and keep nothing of its value."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Attribute) and func.attr in PURE and _root(func) not in ("self", "dist", None):
+                out.append(ast.unparse(node))
+    return out
+
+
+def dropped_results(healthy: str, planted: str) -> list:
+    """The statements that drop a pure call's value (x.div(t), torch.exp(x)) the planted file has beyond its codebase."""
+    extra = collections.Counter(_dropped(planted)) - collections.Counter(_dropped(healthy))
+    return sorted(extra.elements())
+
+
 def structural_tells(healthy: str, planted: str) -> list:
-    """Every structural tell the planting adds to its codebase, as one phrase each."""
+    """Every structural tell and reader's tell the planting adds to its codebase, as one phrase each."""
     return ([f"{k} is read but no longer updated" for k in never_updated(healthy, planted)]
             + [f"{k} is a keyword parameter no caller passes" for k in new_unpassed(healthy, planted)]
-            + [f"a twin computation: {t}" for t in twin_computations(healthy, planted)])
+            + [f"a twin computation: {t}" for t in twin_computations(healthy, planted)]
+            + [f"a comment that contradicts it: {t}" for t in contradicting_comments(healthy, planted)]
+            + [f"a dropped result: `{t[:70]}` keeps nothing of its value" for t in dropped_results(healthy, planted)])
 
 
 def planted_tokens(healthy: str, planted: str) -> list:

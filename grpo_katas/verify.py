@@ -8,9 +8,9 @@
           and 2, every symptom at seeds 0-4 and at the brief's seed on each CPU kernel path (default, avx2, and
           avx512 where the CPU has it), and every kata's recorded run (run.txt) printed alike on each path;
   static  (make test): the rules that need no run and no verdict, for every planting and every kata: an edit still
-          applies, no tell, no unused name, no structural tell, a kata is its codebase plus its bugs, every bug is
-          reachable from its brief or first hint, every kata has its recorded run. The tests then reproduce a kata
-          of each codebase against its record (tests/test_record.py).
+          applies, no tell, no unused name, no linter finding, no structural tell, a kata is its codebase plus its
+          bugs, every bug is reachable from its brief or first hint, every kata has its recorded run. The tests
+          then reproduce a kata of each codebase against its record (tests/test_record.py).
 
 The hidden checks run through the same judge as `make check` (conftest.py, grpo_katas/judge): the targets are split
 over one judge process per CPU core, each with one worker that loads its share of the targets once and serves every
@@ -36,7 +36,12 @@ and overall:
   - each interview round uses a codebase that no warm-up uses;
   - no bug, planted alone, leaves a parameter or local name unused that its codebase uses (a linter's pointer),
     or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
-    computation from another expression (grpo_katas/structure.py);
+    computation from another expression; or a reader's tell: a comment or docstring beside it, as the codebase
+    has it, that names what the planted lines no longer do, or a pure call whose result is dropped
+    (grpo_katas/structure.py);
+  - no planting and no kata carries a ruff finding its codebase does not carry (grpo_katas/lint.py: pyflakes,
+    bugbear, pylint's unused, no-effect and comparison rules), compared by rule and line text; without ruff
+    installed this is one problem, never a pass;
   - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase, at
     the brief's seed under each CPU kernel path asked for and at all but one in five of the seeds asked for; the
     numbers the brief prints read true under each kernel path; and, with seeds asked for, each symptom goes away
@@ -63,6 +68,7 @@ from pathlib import Path
 from grpo_katas import ROOT
 from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
                                   load_katas, plant, tells_in)
+from grpo_katas.lint import LintUnavailable, planted_findings
 from grpo_katas.matrix import Verdict
 from grpo_katas.structure import structural_tells
 
@@ -311,10 +317,13 @@ def unused_names(source: str) -> set:
 
 def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> dict:
     """name -> path of each target to judge: the codebases, each planting in `judged` (a set of (bug id, codebase)),
-    the katas. The static rules (an edit still applies, no unused name, no tell) hold for every planting."""
+    the katas. The static rules (an edit still applies, no unused name, no tell, no linter finding) hold for every
+    planting."""
     targets = {f"codebase:{name}": CODEBASES[name].path for name in codebases}
+    sources = {name: codebase_source(name) for name in codebases}
+    linted = {}  # "bug@codebase" or a kata's name -> (codebase, text), for one ruff run over them all
     for name in codebases:
-        source = codebase_source(name)
+        source = sources[name]
         unused_before = unused_names(source)
         for bug in bugs.values():
             if bug.applies_to(name):
@@ -329,6 +338,7 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> di
                     problems.append(f"bug {bug.id}@{name}: the planted file says {tell!r}, which gives it away")
                 for tell in structural_tells(source, text):
                     problems.append(f"bug {bug.id}@{name}: {tell}, which points at it")
+                linted[f"bug {bug.id}@{name}"] = (name, text)
                 if (bug.id, name) in judged:
                     path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
                     path.write_text(text)
@@ -349,7 +359,20 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> di
         if PROVENANCE.search(text):
             problems.append(f"{kata.name}: the file says where it comes from: {PROVENANCE.search(text).group(0)!r}")
         targets[kata.name] = kata.loop
+        if kata.codebase in sources:
+            linted[kata.name] = (kata.codebase, text)
+    problems += lint_problems(sources, linted)
     return targets
+
+
+def lint_problems(sources: dict, linted: dict) -> list:
+    """One problem per ruff finding a planted file or a kata adds to its codebase; one if ruff cannot run."""
+    try:
+        found = planted_findings(sources, linted)
+    except LintUnavailable as exc:
+        return [str(exc)]
+    return [f"{key}: {finding}, which the codebase does not carry" for key, extra in sorted(found.items())
+            for finding in extra]
 
 
 def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
@@ -446,12 +469,8 @@ def main(argv=None) -> int:
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
         if not seeds:  # the static tier: no verdict, no run
             problems += static_problems(katas)
-            print(f"\nstatic tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
-                  f"codebases) and {len(katas)} katas: {len(problems)} problem(s) in "
-                  f"{time.perf_counter() - start:.0f} s")
-            for p in problems:
-                print(f"  FAIL {p}")
-            return 1 if problems else 0
+            return conclude(f"static tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
+                            f"codebases) and {len(katas)} katas", problems, start)
         kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
         # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
         with ThreadPoolExecutor(2) as pool:
@@ -477,9 +496,14 @@ def main(argv=None) -> int:
     if checks:
         print_matrix(bugs, checks, first, codebases)
         problems += nan_problems(first)
-    print(f"\n{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings judged "
-          f"({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}: "
-          f"{len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
+    return conclude(f"{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings "
+                    f"judged ({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}",
+                    problems, start)
+
+
+def conclude(what: str, problems: list, start: float) -> int:
+    """A tier's last lines: what it judged, how many problems and how long, then each problem; its exit status."""
+    print(f"\n{what}: {len(problems)} problem(s) in {time.perf_counter() - start:.0f} s")
     for p in problems:
         print(f"  FAIL {p}")
     return 1 if problems else 0

@@ -2,10 +2,11 @@
 
     python -m tests [PYTEST ARGS]       # extra arguments go to each pytest run of tests/
 
-The tests run in two shards side by side (pytest tests --shard=0/2 and --shard=1/2, tests/conftest.py): the first
-one's report comes as it runs, the second's after it. Among them, tests/test_record.py runs a kata of each codebase
-under this CPU's kernel path and one kata under every kernel path the CPU has, and compares each table with the
-kata's recorded run digit for digit: a CPU whose digits differ is named, with the first row that differs.
+The tests run in two pytest processes side by side that share them out (--share=FOLDER, tests/conftest.py): each
+takes the next test no other has taken, so that neither waits while the other has a long queue. The first one's
+report comes as it runs, the second's after it. Among them, tests/test_record.py runs a kata of each codebase
+under this CPU's kernel path and compares each table with the kata's recorded run digit for digit: a CPU whose
+digits differ is named, with the first row that differs.
 
 The proof's static tier (python -m grpo_katas.verify --tier static) applies the rules that need no run to every
 planting and every kata (an edit still applies, no tell, no unused name, a kata is its codebase plus its bugs, every
@@ -29,14 +30,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PROOF = [sys.executable, "-m", "grpo_katas.verify", "--tier", "static"]
 
 
-SHARDS = 2  # the tests wait on the processes they start much of the time: two side by side keep the cores busy
+WORKERS = 2  # the tests wait on the processes they start much of the time: two side by side keep the cores busy
 
 
-def steps(argv: list) -> list:
+def steps(argv: list, share: str) -> list:
     """(what, [command, ...]) of the parts that run in turn while the proof runs beside them; a part's commands
-    run side by side (the tests, in SHARDS shards)."""
-    return [("the tests", [[sys.executable, "-m", "pytest", "-q", "--durations=6", "-m", "not slow", "tests",
-                            f"--shard={i}/{SHARDS}", *argv] for i in range(SHARDS)]),
+    run side by side (the tests, in WORKERS pytest processes that share them out through the folder `share`)."""
+    return [("the tests", [[sys.executable, "-m", "pytest", "-q", "-o", "console_output_style=classic",
+                            "--durations=6", "-m", "not slow", "tests", f"--share={share}", *argv]
+                           for _ in range(WORKERS)]),
             ("the checks on the reference", [[sys.executable, "-m", "pytest", "-q", "checks"]])]
 
 
@@ -110,4 +112,5 @@ def run(parts: list, proof: list, cwd=ROOT) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(run(steps(sys.argv[1:]), PROOF))
+    with tempfile.TemporaryDirectory(prefix="grpo-katas-tests-") as share:
+        sys.exit(run(steps(sys.argv[1:], share), PROOF))

@@ -4,11 +4,14 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from grpo_katas import ROOT
 
 ALTERNATIVES = [ROOT / "tests" / "alternatives" / name for name in ("loop_grpo.py", "records_grpo.py")]
 
 
+@pytest.mark.slow
 def test_differently_written_correct_grpos_pass_every_check_at_three_seeds():
     r = subprocess.run([sys.executable, "-m", "pytest", "checks", "-q", "-p", "no:cacheprovider",
                         *[f"--target={a}" for a in ALTERNATIVES], "--seed=0", "--seed=1", "--seed=2"], cwd=ROOT,

@@ -37,15 +37,13 @@ def test_a_copy_started_before_the_kata_was_renamed_is_still_yours(repo):
 def test_check_fails_on_the_kata_and_passes_with_the_reference(repo):
     import json
     cli(repo, "kata", "1")
-    code, out = cli(repo, "check", "1")
-    assert code == 1 and "0 of 1 bugs fixed" in out and "fail" in out
+    code, out = cli(repo, "check", "1", "--format", "json")
+    assert code == 1 and json.loads(out)["solved"] is False and json.loads(out)["bugs"] == {"planted": 1, "fixed": 0}
     cli(repo, "hint", "1")
     shutil.copyfile(repo / "solutions" / "grpo.py", copy_of(repo))
     code, out = cli(repo, "check", "1")
     assert code == 0 and "1 of 1 bugs fixed" in out and "Solved" in out and "1 hint(s)" in out
     assert state(repo)["katas"]["1"]["solved"]
-    code, out = cli(repo, "check", "1", "--format", "json")
-    assert code == 0 and json.loads(out)["solved"] is True and json.loads(out)["bugs"] == {"planted": 1, "fixed": 1}
     cli(repo, "hint", "1")  # read after solving: not counted against the kata
     code, out = cli(repo, "list")
     assert code == 0 and "solved" in out and "1/35 solved" in out
@@ -131,6 +129,7 @@ def test_run_shows_a_crash_as_the_candidates_own_error_with_their_traceback(repo
     assert f'File "{copy_of(repo, 9)}", line' in trace.splitlines()[1] and "probability tensor" in trace
 
 
+@pytest.mark.slow
 def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     import signal
     import time
@@ -145,6 +144,7 @@ def test_watch_checks_on_start_and_stops_cleanly_on_ctrl_c(repo):
     assert "0 of 1 bugs fixed" in seen and proc.returncode == 0 and "Traceback" not in seen + out
 
 
+@pytest.mark.slow
 def test_run_takes_config_overrides_and_rejects_unknown_keys_and_bad_values(repo):
     cli(repo, "kata", "1")
     code, out = cli(repo, "run", "1", "--steps", "2", "--set", "beta=0.5")
@@ -462,6 +462,7 @@ def test_two_commands_changing_progress_at_once_lose_nothing(repo):
     assert state(repo)["katas"]["1"]["hints"] == 80
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_hints_taken_while_a_check_runs_are_kept(repo):
     cli(repo, "kata", "1")
@@ -475,6 +476,7 @@ def test_hints_taken_while_a_check_runs_are_kept(repo):
     assert check.returncode == 0 and "Solved" in out and record["hints"] == 3 and record["solved"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_not_a_failure(repo):
     """A spinner while the checks run, though pytest holds the process's stdout while it runs them."""
@@ -575,6 +577,7 @@ def test_ctrl_c_and_a_declined_reset_end_with_the_commands_own_line_not_makes(re
     assert code == -2 and "interrupted" in out and "make:" not in out and "Interrupt" not in out, out  # 130
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_watch_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo):
     """The terminal would send SIGINT to make too, which then ends with 130 whatever watch says; watch reads Ctrl-C
@@ -586,6 +589,7 @@ def test_watch_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo
     assert code == 0 and "0 of 1 bugs fixed" in out and "make:" not in out and "Traceback" not in out, out
 
 
+@pytest.mark.slow
 def test_run_takes_the_seed_and_device_given_and_its_header_says_so(repo):
     import torch
     cli(repo, "kata", "1")
@@ -630,10 +634,11 @@ def test_a_loop_that_hangs_is_stopped_by_its_budget_and_shows_where_it_was(repo,
     cli(repo, "kata", "2")
     copy_of(repo, 2).write_text(HANGING_LOOP.replace("STUCK", stuck))
     code, out = cli(repo, "run", "2", "--steps", "3", "--budget", "3")
-    line = {"spin": "step += 1", "wait": "time.sleep(1000)"}[stuck]
+    lines = {"spin": ("step += 1", "while True:"), "wait": ("time.sleep(1000)",)}[stuck]  # a spin stops on either
     assert code == 1 and re.search(f"your loop was stopped in step 2: {why}", out) and "BUDGET=3" in out, out
     stack = out[out.index("Stack of your loop"):]
-    assert f'File "work/02-reward-slide/grpo.py", line' in stack and f"in {stuck}" in stack and line in stack
+    assert f'File "work/02-reward-slide/grpo.py", line' in stack and f"in {stuck}" in stack
+    assert any(line in stack for line in lines), stack
     assert "healthy:" in out  # the steps before the hang, beside the healthy run
 
 
@@ -648,6 +653,7 @@ def test_a_long_step_shows_it_is_alive_and_ctrl_c_says_where_the_loop_was(repo):
     assert "step += 1" in out or "while True:" in out
 
 
+@pytest.mark.slow
 def test_a_runs_log_keeps_the_one_before(repo):
     cli(repo, "kata", "2")
     copy_of(repo, 2).write_text(PRINTING_LOOP)
@@ -741,6 +747,7 @@ def test_next_starts_the_first_kata_in_list_order_you_have_not_solved(repo):
     assert code == 0 and "kata 18: 18-phone-screen-a" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_watch_moves_on_to_the_next_kata_once_solved(repo):
     """Without a terminal there is no n to press: it starts the next unsolved kata and watches it."""
@@ -758,6 +765,7 @@ def test_watch_moves_on_to_the_next_kata_once_solved(repo):
     assert proc.returncode == 0 and copy_of(repo, 2).exists() and state(repo)["katas"]["1"]["solved"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_watch_on_a_terminal_offers_the_next_kata_and_n_starts_it(repo):
     cli(repo, "kata", "1")

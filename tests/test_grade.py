@@ -9,6 +9,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -42,7 +43,9 @@ class Case(NamedTuple):
     words: str                            # expected in a test's message, the message or the events; | separates
     kata: int = KATA.number
     args: tuple = ()                      # the grader's options, as a user gives them
-    resolved: str = "RESOLVED_NO"
+    resolved: str = "RESOLVED_NO"         # alternatives separated by |
+    place: str = ""                       # what the submission's path is instead of a file holding the source:
+                                          # link:TARGET, fifo, folder, unreadable (the source, chmod 000)
 
 
 def time_limit(args) -> float:
@@ -137,7 +140,8 @@ def hostile(repo, out) -> dict:
             "                if os.readlink(f'/proc/self/fd/{_fd}').startswith('socket:'):\n"
             "                    os.write(int(_fd), frame)\n            except OSError:\n                pass\n"
             "        time.sleep(0.02)\nthreading.Thread(target=_forge, daemon=True).start()\n"),
-            "error|fail", "out of order|checks pass|undecodable|time limit", KATA.number, SHORT),  # a race of frames
+            "error|fail", "out of order|checks pass|undecodable|time limit|broke the protocol", KATA.number, SHORT),
+        # a race of frames: a forged frame may land inside a real one, whose header then reads as a wrong length
         "escapes-and-rewrites-out": (BUGGY + (
             f"\nimport atexit, os, subprocess, time\n_out = {str(out)!r}\n"
             "def _forge_results():\n    for _name in ('results.json', 'summary.md', 'junit.xml'):\n        try:\n"
@@ -147,7 +151,7 @@ def hostile(repo, out) -> dict:
             "if os.fork() == 0:\n    os.setsid()\n    time.sleep(4)\n    _forge_results()\n    os._exit(0)\n"),
             "fail", "checks pass"),
     }
-    return {name: Case(*case) for name, case in cases.items()} | issue_19_cases()
+    return {name: Case(*case) for name, case in cases.items()} | issue_19_cases() | issue_31_cases(ref)
 
 
 def issue_19_cases() -> dict:
@@ -155,8 +159,10 @@ def issue_19_cases() -> dict:
     kata_30_half_fixed = plant(codebase_source("trainer"), [load_bugs()["clip-high-on-lower"]], "trainer")
     return {
         "remounts-its-binds-writable": Case(BUGGY + REMOUNT, "fail", "checks pass"),
+        # partial: the bug left still fails its check; at some draws a check of the healed bug calls grpo_loss
+        # directly with clip_eps_high set, gets the NaN, and fails too (a check that passed before: RESOLVED_NO)
         "nan-gradients-hide-a-bug": Case(kata_30_half_fixed + NAN_WHEN_CALLED_DIRECTLY, "fail", "clip_eps_high",
-                                         kata=30, resolved="RESOLVED_PARTIAL"),
+                                         kata=30, resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
         "logs-a-100-mib-string": Case(GOOD + "\n_train = train\ndef train(*args, **kwargs):\n"
                                       "    history = _train(*args, **kwargs)\n"
                                       "    history[0]['loss'] = 'x' * (100 * 2**20)\n    return history\n",
@@ -181,6 +187,98 @@ def issue_19_cases() -> dict:
                                              "prompt_gen = torch.Generator().manual_seed(seed)"),
                                     "fail", "both ranks drew the same"),
     }
+
+
+def issue_31_cases(ref) -> dict:
+    """The ways in of issue 31: a path that is no file of its own, the sandbox's memory-backed folders, a reply that
+    amplifies or holds a number no count can be, and fixes that heal only when judged."""
+    return {
+        "links-to-the-reference": Case("", "error", "a symbolic link", place=f"link:{ref}"),
+        "links-to-proc-self-mem": Case("", "error", "a symbolic link", place="link:/proc/self/mem"),
+        "links-to-proc-self-pagemap": Case("", "error", "a symbolic link", place="link:/proc/self/pagemap"),
+        "a-fifo": Case("", "error", "a FIFO", place="fifo"),
+        "a-folder": Case("", "error", "a folder", place="folder"),
+        # root reads it anyway: then it is graded as the unfixed kata it is
+        "an-unreadable-file": Case(BUGGY, "error|fail", "Permission denied|checks pass", place="unreadable"),
+        "fills-dev-shm": Case(FILLS.format(folder="/dev/shm") + GOOD, "error", "No such file|Read-only"),
+        "fills-the-sandbox-root": Case(FILLS.format(folder="") + GOOD, "error", "Read-only"),
+        "amplifies-a-frame": Case(at_start_of(GOOD, "group_advantages", AMPLIFIES), "fail", "does not start where"),
+        "sends-1e400-as-a-step-count": Case(GOOD + STEPS_1E400, "fail", "step count is inf"),
+        # every check passes; the brief's run, trained as `make run` trains it, still shows every symptom
+        "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms",
+                                       resolved="RESOLVED_PARTIAL"),
+        # the brief's run is float64 and heals; the checks' float32 models meet the kata's code
+        "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "checks pass",
+                                      resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
+        # the mirror: the checks' float32 models heal; the brief's float64 run, and the float64 check, do not
+        "heals-only-on-float32": Case(healed_when(ON_FLOAT32), "fail", "checks pass",
+                                      resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
+    }
+
+
+# writes 15 files of 64 MiB (the size limit of one) to a folder that was a tmpfs of half the host's memory
+FILLS = """
+for _i in range(15):
+    with open(f"{folder}/grpo-katas-fill-{{_i}}", "wb") as _f:
+        for _ in range(64):
+            _f.write(b"x" * 2**20)
+"""
+# the worker's reply to this call becomes one 8 MiB byte range listed 300 times as 300 tensors
+AMPLIFIES = """import sys, json
+wire = sys.modules["grpo_katas.judge.wire"]
+def amplified(obj):
+    blob = bytes(8 * 2**20)
+    header = json.dumps({"tree": {"ok": True, "result": [{"__t": i} for i in range(300)]},
+                         "tensors": [["uint8", [len(blob)], 0, len(blob)]] * 300}).encode()
+    payload = wire.JSON_LENGTH.pack(len(header)) + header + blob
+    return wire.HEADER.pack(len(payload)) + payload
+wire.pack = amplified"""
+# every reply that carries an optimizer's step count says 1e400 (JSON reads it as infinity)
+STEPS_1E400 = """
+import re as _re, sys as _sys
+_wire = _sys.modules["grpo_katas.judge.wire"]
+_pack = _wire.pack
+def _forged(obj):
+    payload = _pack(obj)[_wire.HEADER.size:]
+    (_n,) = _wire.JSON_LENGTH.unpack(payload[:4])
+    header = _re.sub(rb'"steps":\\d+', b'"steps":1e400', payload[4:4 + _n])
+    payload = _wire.JSON_LENGTH.pack(len(header)) + header + payload[4 + _n:]
+    return _wire.HEADER.pack(len(payload)) + payload
+_wire.pack = _forged
+"""
+# kata 1 that runs the reference's functions (their source carried inside) only when a condition holds, its own
+# otherwise: under the checks it passes every one, and `make run` shows every symptom of the brief
+HEALED_WHEN = """
+import sys as _sys
+_HEALED = {{"__name__": __name__}}
+exec(compile({source!r}, __file__, "exec"), _HEALED)
+
+def _healing(*args, **kwargs):
+    {condition}
+
+def _gated(name, own):
+    def fn(*args, **kwargs):
+        return (_HEALED[name] if _healing(*args, **kwargs) else own)(*args, **kwargs)
+    return fn
+
+for _name in ("generate", "completion_mask", "group_advantages", "token_logprobs", "kl_penalty", "grpo_loss",
+              "grpo_step", "train"):
+    globals()[_name] = _gated(_name, globals()[_name])
+"""
+JUDGED = "return 'grpo_katas.judge.worker' in _sys.modules"
+# the fixed code runs where an argument is a float64 tensor or model (float64=True), or where none is (False)
+ON_DTYPE = """import torch
+    for a in [*args, *kwargs.values()]:
+        if isinstance(a, torch.Tensor) and a.dtype == torch.float64:
+            return {float64}
+        if isinstance(a, torch.nn.Module) and any(p.dtype == torch.float64 for p in a.parameters()):
+            return {float64}
+    return not {float64}"""
+ON_FLOAT64, ON_FLOAT32 = ON_DTYPE.format(float64=True), ON_DTYPE.format(float64=False)
+
+
+def healed_when(condition: str) -> str:
+    return BUGGY + HEALED_WHEN.format(source=GOOD, condition=condition)
 
 
 def at_start_of(source: str, function: str, code: str) -> str:
@@ -256,16 +354,32 @@ def kl_penalty(logp, ref_logp):
 """
 
 
-def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None, args=()):
+def grade(repo, source, out, n=KATA.number, name="grpo.py", extra_files=None, args=(), place="", python=()):
     sub = out.parent / (out.name + "-submission")
     sub.mkdir(parents=True, exist_ok=True)
-    (sub / name).write_text(source)
+    path = sub / name
+    if place.startswith("link:"):
+        path.symlink_to(place.removeprefix("link:"))
+    elif place == "fifo":
+        os.mkfifo(path)
+    elif place == "folder":
+        path.mkdir()
+    else:
+        path.write_text(source)
+        if place == "unreadable":
+            path.chmod(0)
     for fname, text in (extra_files or {}).items():
         (sub / fname).write_text(text)
+    return grade_path(repo, path, out, n, args, python)
+
+
+def grade_path(repo, path, out, n=KATA.number, args=(), python=()):
+    """Grade the file at `path` as it is (a link, a FIFO ...), with `python` (a command that runs Python: this
+    interpreter unless given, another user's through runuser)."""
     args = ("--time-limit", str(TIME_LIMIT), *args) if "--time-limit" not in args else args
     args = ("--sandbox", MODE, *args) if "--sandbox" not in args else args
     start = time.monotonic()
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", str(n), str(sub / name), str(out), *args],
+    r = subprocess.run([*(python or [sys.executable]), "-m", "grpo_katas.grade", str(n), str(path), str(out), *args],
                        cwd=repo, capture_output=True, text=True, timeout=time_limit(args) + 60)
     seconds = time.monotonic() - start
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -288,13 +402,22 @@ def private_copy(root: Path) -> Path:
     return root
 
 
-def grade_all(repo, cases: dict, base) -> dict:
+def grade_all(repo, cases: dict, base, python=()) -> dict:
     """name -> grade(...) of every case, three at a time, each into base/name, the longest first."""
     order = sorted(cases, key=lambda name: -time_limit(cases[name].args))
     with ThreadPoolExecutor(3) as pool:
         graded = dict(pool.map(lambda name: (name, grade(repo, cases[name].source, base / name, n=cases[name].kata,
-                                                         args=cases[name].args)), order))
+                                                         args=cases[name].args, place=cases[name].place,
+                                                         python=python)), order))
     return {name: graded[name] for name in cases}
+
+
+def make_healthy_runs(repo, katas) -> None:
+    """The healthy runs the brief's runs of these katas are judged against, made in the repository's cache
+    before the gradings start (which would each make them at once) and before its files are recorded."""
+    code = ("import sys; from grpo_katas.catalogue import find_kata; from grpo_katas.judge.brief import Brief\n"
+            "for n in sys.argv[1:]:\n    Brief(find_kata(n)).start().thread.join()")
+    subprocess.run([sys.executable, "-c", code, *map(str, sorted(set(katas)))], cwd=repo, check=True, timeout=600)
 
 
 def tree(root: Path) -> dict:
@@ -313,6 +436,7 @@ def hostile_results(repo, tmp_path_factory):
         pytest.skip(f"the hostile suite needs the bubblewrap sandbox: {sandbox.resolve('auto')[1]}")
     base = tmp_path_factory.mktemp("hostile")
     cases = hostile(repo, base / "escapes-and-rewrites-out")
+    make_healthy_runs(repo, [c.kata for c in cases.values()])
     before = tree(repo)
     graded = grade_all(repo, cases, base)
     time.sleep(5)  # anything a submission left behind has had time to act
@@ -329,8 +453,8 @@ def test_hostile_and_broken_submissions_never_pass(hostile_results, case):
     cases, graded, base, _, _ = hostile_results
     expected = cases[case]
     code, res, seconds = graded[case]
-    assert code == 1 and res["resolved"] == expected.resolved and res["status"] in expected.status.split("|"), \
-        (res["status"], res["message"])
+    assert code == 1 and res["resolved"] in expected.resolved.split("|") \
+        and res["status"] in expected.status.split("|"), (res["status"], res["message"])
     said = " ".join([res["message"] or ""] + [t["message"] or "" for t in res["tests"]] + res["events"])
     assert any(w in said for w in expected.words.split("|")), said[:2000]
     assert seconds < time_limit(expected.args) + 10, f"graded in {seconds:.0f} s"
@@ -347,10 +471,12 @@ def test_nothing_a_submission_did_outlives_the_grading(hostile_results, repo):
     assert not planted, f"a submission wrote into {planted}"
 
 
+@pytest.mark.slow
 def test_the_reference_is_resolved_in_full_at_the_seed_asked_for(repo, tmp_path):
     code, res, _ = grade(repo, GOOD, tmp_path / "out", args=("--seed", "12345"))
     assert code == 0 and res["status"] == "pass" and res["resolved"] == "RESOLVED_FULL", res["message"]
-    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == n_checks()
+    assert not res["tests_status"]["FAIL_TO_PASS"]["failure"] and len(res["tests"]) == n_checks() + 1
+    assert "run::brief_symptoms_gone" in res["tests_status"]["FAIL_TO_PASS"]["success"]
     assert res["sandbox"].split()[0] == MODE and res["seed"] == 12345
 
 
@@ -375,19 +501,23 @@ def test_grading_refuses_a_plain_process_unless_asked_for(tmp_path):
     assert "Traceback" not in r.stderr and not (tmp_path / "out" / "results.json").exists()
 
 
+@pytest.mark.slow
 def test_the_unfixed_kata_is_not_resolved_and_a_partial_fix_is_partial(repo, tmp_path):
     kata = find_kata(18)
-    code, res, _ = grade(repo, kata.loop.read_text(), tmp_path / "unfixed", n=18)
+    # at seed 0, which the proof covers: a bug may fail a check at some draws only, and grade draws a fresh seed
+    code, res, _ = grade(repo, kata.loop.read_text(), tmp_path / "unfixed", n=18, args=("--seed", "0"))
     assert code == 1 and res["status"] == "fail" and res["resolved"] == "RESOLVED_NO"
     failing = {t["name"]: t for t in res["tests"] if t["status"] == "fail"}
     assert set(res["tests_status"]["FAIL_TO_PASS"]["failure"]) == set(failing)
-    assert all(t.get("task_id") in kata.bugs for t in failing.values())
+    assert all(t.get("task_id") in kata.bugs for name, t in failing.items() if name != "run::brief_symptoms_gone")
+    assert "still shows" in failing["run::brief_symptoms_gone"]["message"]  # the brief's run: all its bugs at once
     bugs = load_bugs()
     source = plant(GOOD, [bugs[b] for b in kata.bugs if b != "sampling-no-eos-stop"])
-    code, res, _ = grade(repo, source, tmp_path / "partial", n=18)
+    code, res, _ = grade(repo, source, tmp_path / "partial", n=18, args=("--seed", "0"))
     assert code == 1 and res["resolved"] == "RESOLVED_PARTIAL"
 
 
+@pytest.mark.slow
 def test_a_conftest_beside_the_submission_is_ignored(repo, tmp_path):
     cheat = ("import pytest\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
              "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n")
@@ -427,6 +557,104 @@ def test_a_missing_submission_is_an_error_with_results(tmp_path):
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     res = json.loads((out / "results.json").read_text())
     assert r.returncode == 1 and res["status"] == "error" and "no such file" in res["message"]
+
+
+SECRET = "HOST-ONLY-LINE"                   # in a file of the host's that a submission links to
+
+
+def not_regular_files(tmp_path) -> dict:
+    """name -> (the path to grade, the words its refusal must say): every kind of submission that is not a
+    regular file of its own, and the regular files that cannot be read whole."""
+    secret = tmp_path / "host-file.py"
+    secret.write_text(f"{SECRET} = (\n")  # a syntax error that would quote this line
+    links = {"links-to-the-reference": REFERENCE, "links-to-proc-self-mem": "/proc/self/mem",
+             "links-to-proc-self-pagemap": "/proc/self/pagemap", "links-to-a-host-file": secret,
+             "links-to-a-missing-file": tmp_path / "nowhere.py"}
+    cases = {}
+    for name, target in links.items():
+        (tmp_path / name).symlink_to(target)
+        cases[name] = (tmp_path / name, "a symbolic link")
+    os.mkfifo(tmp_path / "fifo")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(str(tmp_path / "socket"))
+    (tmp_path / "too-large.py").write_text(GOOD + "#" * (2**20))
+    return {**cases, "fifo": (tmp_path / "fifo", "a FIFO"), "socket": (tmp_path / "socket", "a socket"),
+            "folder": (tmp_path, "a folder"), "a-device": ("/dev/zero", "a character device"),
+            "too-large": (tmp_path / "too-large.py", "larger than"),
+            "proc-self-mem": ("/proc/self/mem", "cannot be read"),
+            "proc-self-pagemap": ("/proc/self/pagemap", "cannot be read|larger than")}
+
+
+def test_a_submission_that_is_not_a_regular_file_of_its_own_is_refused_with_reports(repo, tmp_path):
+    """A symlink to the reference was graded RESOLVED_FULL; one to /proc/self/mem crashed the grader with no
+    report, one to /proc/self/pagemap filled the disk, one to a host file quoted its first line in results.json."""
+    cases = not_regular_files(tmp_path)
+    for name, (path, words) in cases.items():
+        code, res, seconds = grade_path(repo, path, tmp_path / "out" / name)
+        assert code == 1 and res["status"] == "error" and res["resolved"] == "RESOLVED_NO", (name, res["message"])
+        assert any(w in res["message"] for w in words.split("|")) and seconds < 30, (name, res["message"])
+        reports = "".join((tmp_path / "out" / name / f).read_text() for f in ("results.json", "junit.xml",
+                                                                             "summary.md"))
+        assert SECRET not in reports
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads every file")
+def test_a_file_the_grader_cannot_read_is_refused_with_reports(repo, tmp_path):
+    path = tmp_path / "grpo.py"
+    path.write_text(GOOD)
+    path.chmod(0)
+    code, res, _ = grade_path(repo, path, tmp_path / "out")
+    assert code == 1 and res["status"] == "error" and "Permission denied" in res["message"], res["message"]
+
+
+@pytest.mark.slow
+def test_whatever_fails_in_the_grader_the_reports_are_written(tmp_path, monkeypatch, capsys):
+    """A failure class per step after OUT is ready: the judge does not start or crashes, its verdicts are missing or
+    not a report, the grader itself raises; each gives an error with all three reports."""
+    from grpo_katas import grade as grader
+    submission = tmp_path / "grpo.py"
+    submission.write_text(GOOD)
+
+    def judge(code):  # a judge that runs this code, with its verdicts file as `out`
+        return lambda copy, verdicts, *args: [sys.executable, "-c", f"out = {str(verdicts)!r}\n{code}"]
+    failures = {"the judge cannot start": ("judge_command", lambda *args: [str(tmp_path / "no-such-program")],
+                                           "the judge could not start"),
+                "the judge crashes": ("judge_command", judge("import os; os.abort()"), "the judge failed"),
+                "the judge's verdicts are not a report": (
+                    "judge_command", judge("open(out, 'w').write('{\"verdicts\": 5, \"load_errors\": []}')"),
+                    "the judge failed"),
+                "the judge's verdicts are cut short": (
+                    "judge_command", judge("open(out, 'w').write('{\"exit_code\": 0, \"verd')"), "the judge failed"),
+                "the grader raises": ("build_results", raising_once(grader.build_results), "the grader failed")}
+    for name, (attribute, replacement, words) in failures.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(grader, attribute, replacement)
+            out = tmp_path / name.replace(" ", "-").replace("'", "")
+            assert grader.main(["1", str(submission), str(out), "--sandbox", "process"]) == 1, name
+        res = json.loads((out / "results.json").read_text())
+        assert res["status"] == "error" and res["resolved"] == "RESOLVED_NO" and words in res["message"], name
+        assert ET.parse(out / "junit.xml").getroot().get("errors") == "1" and (out / "summary.md").exists(), name
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def raising_once(build_results):
+    """build_results that raises the first time (a defect of the grader's), then works."""
+    calls = []
+
+    def build(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("a defect")
+        return build_results(*args, **kwargs)
+    return build
+
+
+def test_an_out_that_goes_away_while_grading_is_a_usage_error(tmp_path, monkeypatch, capsys):
+    from grpo_katas import grade as grader
+    monkeypatch.setattr(grader, "prepare_out", lambda out: tmp_path / "gone")
+    assert grader.main(["1", str(tmp_path / "nope.py"), str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot write the reports to" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize("args, expected", [

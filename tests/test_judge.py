@@ -8,15 +8,17 @@ import socket
 import subprocess
 import sys
 import time
+import tracemalloc
 from typing import NamedTuple
 
 import pytest
 import torch
 
 from grpo_katas import ROOT
-from grpo_katas.catalogue import fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue import CODEBASES, fail_to_pass, find_kata, load_bugs
 from grpo_katas.judge import sandbox, wire
-from grpo_katas.judge.client import CallFailed, Target, Worker
+from grpo_katas.judge.client import CallFailed, Encoder, Optimizer, Target, Worker
+from grpo_katas.judge.standins import StandIn
 
 BWRAP = sandbox.resolve("auto")[0] == "bubblewrap"
 
@@ -64,12 +66,84 @@ def test_the_judge_bounds_what_it_accepts_and_names_no_function_a_worker_sends()
     with pytest.raises(wire.ProtocolError, match="unknown dtype 'load'"):
         wire.from_plain({"kind": "dtype", "name": "load"})
     with pytest.raises(wire.ProtocolError, match="unknown dtype"):
-        wire.unpack(wire.pack({"x": torch.float32})[wire.HEADER.size:].replace(b'"float32"', b'"_C"'))
+        header = wire.pack({"x": torch.float32})[wire.HEADER.size + 4:].decode()
+        wire.unpack(payload(header.replace('"float32"', '"_C"')))
     with pytest.raises(wire.ProtocolError, match="entries"):
         received(list(range(wire.MAX_ITEMS + 1)))
     text = received("\udc80" + "x" * (2 * wire.MAX_STRING))
     assert len(text) < wire.MAX_STRING + 100 and text.startswith("\ufffdx") and text.encode("utf-8")
     assert wire.frame_length(wire.HEADER.pack(wire.MAX_FRAME)) == wire.MAX_FRAME <= 16 * 2**20
+
+
+def payload(header, data: bytes = b"") -> bytes:
+    """A message's payload (what follows the frame's length) with this header, given as text or as JSON data."""
+    text = header if isinstance(header, str) else json.dumps(header)
+    return wire.JSON_LENGTH.pack(len(text.encode())) + text.encode() + data
+
+
+def test_a_reply_cannot_make_the_judge_hold_more_than_the_frame_it_read():
+    """One 8 MiB byte range listed 300 times as 300 tensors once made the judge copy out 2.4 GiB from one frame."""
+    blob = bytes(8 * 2**20)
+    one = ["uint8", [len(blob)], 0, len(blob)]
+    amplified = [payload({"tree": [{"__t": i} for i in range(300)], "tensors": [one] * 300}, blob),
+                 payload({"tree": [{"__t": 0}] * 300, "tensors": [one]}, blob)]
+    tracemalloc.start()
+    try:
+        for frame in amplified:
+            with pytest.raises(wire.ProtocolError, match="does not start where|used already"):
+                wire.unpack(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 2 * len(blob), f"decoding took {peak / 2**20:.0f} MiB for a frame of 8 MiB"
+    tiled = [["uint8", [2], 0, 2], ["uint8", [2], 2, 2]]
+    assert [t.tolist() for t in wire.unpack(payload({"tree": [{"__t": 0}, {"__t": 1}], "tensors": tiled},
+                                                    b"abcd"))] == [[97, 98], [99, 100]]
+    for index, data in [([["uint8", [2], 0, 2], ["uint8", [2], 1, 2]], b"abc"),   # overlapping
+                        ([["uint8", [2], 2, 2]], b"abcd"),                            # a gap, then past the end
+                        ([["uint8", [4], 0, 4]], b"abcdef"),                          # bytes nobody holds
+                        ([["uint8", [0], 0, 0]] * (wire.MAX_TENSORS + 1), b"")]:     # too many tensors
+        with pytest.raises(wire.ProtocolError):
+            wire.unpack(payload({"tree": [{"__t": i} for i in range(len(index))], "tensors": index}, data))
+
+
+@pytest.mark.parametrize("header", [
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], 1e400, 1]]}',       # a JSON number that is infinity
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], NaN, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], 0, 100000000000000000000000000000]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [-1], 0, 1]]}',           # a negative size
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [true], 0, 1]]}',         # a bool for a size
+    '{"tree": {"__t": 0}, "tensors": [["uint8", ["1"], 0, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1, 1e400], 0, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", 1, 0, 1]]}',
+    '{"tree": {"__t": 0}, "tensors": [["uint8", [1], 0]]}',
+    '{"tree": {"__t": 0}, "tensors": {"0": 1}}',
+    '{"tree": {"__t": -1}, "tensors": [["uint8", [1], 0, 1]]}',           # Python would index from the end
+    '{"tree": {"__t": 1e400}, "tensors": [["uint8", [1], 0, 1]]}',
+    '{"tree": [{"__t": 0}, {"__t": true}], "tensors": [["uint8", [1], 0, 1]]}',
+    '{"tree": {"steps": 1' + "0" * 40 + '}, "tensors": []}',               # an integer beyond 64 bits
+    '{"tree": {"steps": 1' + "0" * 5000 + '}, "tensors": []}',             # beyond what Python parses
+    '{"tree": {"__pairs": 5}, "tensors": []}',
+    '{"tree": {"__pairs": [[1, 2, 3]]}, "tensors": []}',
+    '{"tree": 1, "tensors": [], "more": 1}',
+    '[1, 2]',
+    '{"tree": ' + "[" * 100000 + "]" * 100000 + ', "tensors": []}',
+])
+def test_every_number_a_reply_holds_is_checked_and_anything_malformed_is_a_protocol_error(header):
+    with pytest.raises(wire.ProtocolError):
+        wire.unpack(payload(header, b"x"))
+
+
+def test_a_count_in_a_reply_that_is_no_count_is_malformed_not_a_crash():
+    """A JSON 1e400 as an optimizer's step count raised OverflowError through the judge."""
+    model = StandIn("constant", logits=torch.zeros(3))
+    for steps in (float("inf"), float("nan"), -1, 10**30, True, "1", 1.5):
+        enc = Encoder()
+        opt = Optimizer("SGD", model, lr=0.1)
+        enc(opt)
+        with pytest.raises(wire.ProtocolError):
+            enc.apply({enc.refs[id(opt)]: {"steps": steps, "state": None}})
+    assert received({"steps": 3, "loss": float("inf")})["loss"] == float("inf")  # a value, not a count: kept
 
 
 class Pair(NamedTuple):
@@ -161,6 +235,69 @@ def test_the_worker_holds_no_capability_and_cannot_remount_or_write_a_bind_or_pa
         "a file in /tmp past the limit", "its log past the limit"]
     assert len(binds) > 8 and not [n for n, f in zip(names, flags) if f], [n for n, f in zip(names, flags) if f]
     assert log <= limits.disk_mb * 2**20
+
+
+FILLS = '''
+import os, torch
+
+def grpo_step(*args, **kwargs):
+    """Where the worker can create a file (each mount point and every folder above one), and how many MiB each
+    of those places took when written 64 MiB a file, up to 960 MiB (as /dev/shm once took)."""
+    places = set()
+    for line in open("/proc/self/mountinfo"):
+        path = line.split()[4]
+        while path not in places:
+            places.add(path)
+            path = os.path.dirname(path)
+    written = {}
+    for folder in sorted(p for p in places | {"/dev/shm"} if not p.startswith(("/proc", "/sys"))):
+        total = 0
+        for i in range(15):
+            try:
+                f = open(os.path.join(folder, f"grpo-katas-fill-{i}"), "wb", buffering=0)
+            except OSError:
+                break
+            try:
+                for _ in range(64):
+                    total += f.write(b"x" * 2**20)
+            except OSError:  # past the size limit of one file: the next file
+                pass
+            f.close()
+        for i in range(15):
+            try:
+                os.unlink(os.path.join(folder, f"grpo-katas-fill-{i}"))
+            except OSError:
+                pass
+        if total or os.access(folder, os.W_OK) and os.path.isdir(folder) and _creates(folder):
+            written[folder] = total / 2**20
+    return written
+
+def _creates(folder):
+    try:
+        open(os.path.join(folder, "grpo-katas-probe"), "w").close()
+        os.unlink(os.path.join(folder, "grpo-katas-probe"))
+        return True
+    except OSError:
+        return False
+'''
+
+
+@pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
+def test_the_sandbox_s_only_writable_place_is_its_capped_tmp(tmp_path):
+    """bubblewrap's own /dev was a writable tmpfs of half the host's memory, and so was the root it builds: a worker
+    wrote 960 MiB of host memory to /dev/shm, 64 MiB a file, past every limit of its own."""
+    limits = sandbox.Limits(disk_mb=4)
+    probe = tmp_path / "probe.py"
+    probe.write_text(FILLS)
+    w = Worker({"p": probe}, limits=limits)
+    try:
+        written = Target(w, "p", probe).grpo_step()
+    finally:
+        w.close()
+    # folders under /tmp are the same capped tmpfs: the parents of what is bound read-only where the repository or
+    # its venv lies in /tmp (a clone in /tmp, as .ci/measure makes)
+    assert "/tmp" in written and all(f == "/tmp" or f.startswith("/tmp/") for f in written), written
+    assert all(mb <= limits.disk_mb for mb in written.values()), written
 
 
 @pytest.mark.skipif(not BWRAP or os.geteuid() != 0, reason="needs bubblewrap, run as root")
@@ -280,3 +417,151 @@ def test_the_plain_process_fallback_gives_the_same_verdicts(tmp_path):
     (mode_a, in_sandbox), (mode_b, in_process) = failing(tmp_path, "auto", target), failing(tmp_path, "process", target)
     assert mode_a == "bubblewrap" and mode_b.startswith("process")
     assert in_sandbox == in_process == sorted(str(c) for c in fail_to_pass(kata, load_bugs()))
+
+
+# --- the brief's run -------------------------------------------------------------------------------------------
+
+RUN_PROBE = '''
+import sys
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    beta: float = 0.04
+    num_iterations: int = 1
+    max_new_tokens: int = 8
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
+    """What the run's process holds, logged as a step's stats."""
+    params = list(policy.parameters())
+    for _ in range(steps):
+        log({"judge_modules": float(sum(m.startswith("grpo_katas.judge") for m in sys.modules)),
+             "runner": float(getattr(sys.modules["__main__"].__spec__, "name", "") == "grpo_katas.runner"),
+             "beta": cfg.beta,
+             "itemsize": float(params[0].element_size()),
+             "param_sum": float(sum(p.detach().double().sum() for p in params)),
+             "torch_threads": torch.get_num_threads()})
+'''
+
+
+def test_the_brief_s_run_is_make_run_s_runner_in_a_process_that_holds_nothing_of_the_judge_s(tmp_path):
+    """A fix gated on `'grpo_katas.judge.worker' in sys.modules` healed itself under the checks only: the run is
+    grpo_katas.runner (what `make run` runs) in an interpreter of its own, with make run's model, dtype and settings."""
+    from grpo_katas.runs import RunConfig, build
+    probe = tmp_path / "grpo.py"
+    probe.write_text(RUN_PROBE)
+    w = Worker({"t": probe})
+    try:
+        reply = w.call("t", "run", {"args": ["--steps", "3", "--seed", "0", "--nproc", "1", "--set", "beta=0.5"]},
+                       op="run", cpu_budget=60)
+    finally:
+        w.close()
+    policy, _ = build(RunConfig(steps=3, seed=0, device="cpu"), torch.device("cpu"))
+    params = list(policy.parameters())
+    assert reply["end"]["event"] == "done" and len(reply["steps"]) == 3, reply["end"]
+    step = reply["steps"][0]
+    assert step["judge_modules"] == 0 and step["runner"] == 1 and step["beta"] == 0.5 and step["torch_threads"] == 1
+    assert step["itemsize"] == params[0].element_size()
+    assert step["param_sum"] == float(sum(p.detach().double().sum() for p in params))
+
+
+def test_a_run_s_reply_is_read_number_by_number_and_a_run_that_did_not_finish_is_no_healing():
+    from grpo_katas.judge.brief import read_run, still_shows
+    from grpo_katas.symptoms import Run
+    settings = {"steps": 2, "seed": 0, "nproc": 1, "set": {}}
+    done = {"event": "done"}
+    for reply, words in [({"steps": "x", "end": done}, "malformed"), ({"steps": [[1]], "end": done}, "malformed"),
+                         ({"steps": [{}], "end": done}, "logged 1 steps, not the 2"),
+                         ({"steps": [{}], "end": {"event": "crash", "type": "RuntimeError", "message": "boom",
+                                                  "where": "grpo.py:3"}}, "raised RuntimeError at step 2: boom"),
+                         ({"steps": [], "end": {"event": "error", "message": "no train"}}, "could not start: no train"),
+                         ({"steps": [], "end": {"event": "gone", "message": "exited"}}, "did not finish")]:
+        history, problem = read_run(reply, settings)
+        assert history is None and words in problem, (reply, problem)
+    history, problem = read_run({"steps": [{"kl": 1, "note": "text", "flag": True}, {"kl": 2.5}], "end": done},
+                                settings)
+    assert problem is None and history == [{"kl": 1.0}, {"kl": 2.5}]
+    kata = find_kata(1)  # its symptom: the KL over the last 5 steps above twice the healthy run's
+    healthy = Run([{"kl": 0.4}] * 40, None)
+    for kl, shows in [(3.0, True), (float("nan"), True), (None, True), (0.5, False)]:
+        mine = Run([{"kl": kl} if kl is not None else {}] * 40, None)
+        get = lambda path, settings: mine if path == "mine.py" else healthy  # noqa: E731
+        assert bool(still_shows(kata, kata.symptoms[0], get, "mine.py")) == shows, kl
+
+
+def brief_verdict(kata, path):
+    """(passed, message, kind) of the brief's run of the file at `path` for `kata`."""
+    from grpo_katas.judge.brief import Brief
+    brief = Brief(kata).start()
+    w = Worker({"t": path})
+    try:
+        return brief.verdict(Target(w, "t", path))
+    finally:
+        w.close()
+
+
+@pytest.mark.slow
+def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_fix_that_heals_only_when_judged(
+        tmp_path):
+    """The healed kata (its codebase) and the reference pass; the kata fails with each of its brief's symptoms,
+    and so does kata 1 healed only under the checks, or only where no argument is float64. One kata per codebase,
+    one of two ranks among them."""
+    from tests.test_grade import JUDGED, ON_FLOAT32, healed_when
+    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float32")}  # the brief's run is float64
+    gated["judged"].write_text(healed_when(JUDGED))
+    gated["float32"].write_text(healed_when(ON_FLOAT32))
+    for n, others in [(1, [ROOT / "solutions" / "grpo.py"]), (2, []), (13, []), (10, []), (35, [])]:
+        kata = find_kata(n)
+        healed = CODEBASES[kata.codebase].path
+        for path in [healed, *others]:
+            passed, message, _ = brief_verdict(kata, path)
+            assert passed, (n, path, message)
+        passed, message, kind = brief_verdict(kata, kata.loop)
+        assert not passed and kind == "assertion" and "still shows" in message, (n, message)
+    for name, path in gated.items():
+        passed, message, kind = brief_verdict(find_kata(1), path)
+        assert not passed and kind == "assertion" and "still shows 3 of the 3 symptoms" in message, (name, message)
+
+
+@pytest.mark.slow
+def test_a_healed_kata_s_run_in_the_sandbox_is_the_judge_s_healthy_run_number_for_number():
+    """The same model, dtype, settings and kernel path as `make run` and the proof: inside the sandbox the codebase
+    trains to the very numbers the judge's own run of it logs."""
+    from grpo_katas.judge.brief import Brief, runner_args
+    from grpo_katas.symptoms import METRICS
+    kata = find_kata(1)
+    healed = CODEBASES[kata.codebase].path
+    brief = Brief(kata).start()
+    w = Worker({"t": healed})
+    try:
+        reply = w.call("t", "run", {"args": runner_args(kata.run)}, op="run", cpu_budget=120)
+    finally:
+        w.close()
+    brief.thread.join()
+    metrics = lambda step: {k: step.get(k) for k in METRICS}  # noqa: E731 (times aside: a run's own clock)
+    mine = [metrics(step) for step in reply["steps"]]
+    theirs = [metrics(step) for step in brief.store.get(healed, kata.run, brief.kernel).history]
+    assert len(mine) == kata.run["steps"] and mine == theirs and mine[-1]["kl"] is not None
+
+
+def test_the_brief_s_run_follows_the_checks_but_not_a_ctrl_c():
+    from grpo_katas import matrix
+
+    class Brief:
+        calls = 0
+
+        def skipped(self):
+            return None
+
+        def verdict(self, target):
+            self.calls += 1
+            return False, "still shows", "assertion"
+    for status, calls in [(pytest.ExitCode.INTERRUPTED, 0), (pytest.ExitCode.TESTS_FAILED, 1)]:
+        collector = matrix.Collector(["grpo.py"], Brief())
+        collector.first = object()
+        collector.pytest_sessionfinish(None, status)
+        assert collector.brief.calls == calls and (collector.run_verdict is None) == (calls == 0)

@@ -5,13 +5,14 @@ Run: pytest tests/test_make_test.py"""
 import importlib.machinery
 import importlib.util
 import os
+import re
+import subprocess
 import sys
 
 import pytest
 
 from grpo_katas import ROOT
 from tests.__main__ import run
-from tests.conftest import shard
 
 
 def py(code: str) -> list:
@@ -37,23 +38,32 @@ def test_the_first_failure_is_the_exit_status(tmp_path, capfd, codes, expected):
 
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize("codes, expected", [((0, 0), 0), ((0, 2), 2), ((1, 2), 1)])
-def test_shards_run_side_by_side_and_report_in_order(tmp_path, capfd, codes, expected):
-    # the first shard waits for the second's file: run in turn, it would wait forever (the timeout below)
+def test_workers_run_side_by_side_and_report_in_order(tmp_path, capfd, codes, expected):
+    # the first worker waits for the second's file: run in turn, it would wait forever (the timeout below)
     first = py(f"import os, time; exec('while not os.path.exists(\\'second\\'): time.sleep(0.01)'); "
-               f"print('first', 'shard'); raise SystemExit({codes[0]})")
-    second = py(f"open('second', 'w'); print('second', 'shard'); raise SystemExit({codes[1]})")
+               f"print('first', 'worker'); raise SystemExit({codes[0]})")
+    second = py(f"open('second', 'w'); print('second', 'worker'); raise SystemExit({codes[1]})")
     assert run([("the tests", [first, second])], py("pass"), cwd=tmp_path) == expected
     out = capfd.readouterr().out
-    assert out.index("first shard") < out.index("second shard")
+    assert out.index("first worker") < out.index("second worker")
 
 
-def test_the_shards_split_the_tests_between_them():
-    items = list(range(10))
-    shards = [shard(items, f"{i}/3") for i in range(3)]
-    assert sorted(sum(shards, [])) == items and shards[0] == [0, 3, 6, 9]
-    for spec in ("3/3", "x/2", "1", "-1/2"):
-        with pytest.raises(pytest.UsageError, match="--shard takes I/K with 0 <= I < K"):
-            shard(items, spec)
+def test_workers_that_share_a_folder_run_each_test_once(tmp_path):
+    """Two pytest processes given one --share folder, as make test starts them: each test runs in one of them."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_many.py").write_text(
+        "import os, time\nimport pytest\n\n@pytest.mark.parametrize('n', range(12))\n"
+        "def test_one(n):\n    open(f'ran-{n}-{os.getpid()}', 'w').close()\n    time.sleep(0.05)\n")
+    share = tmp_path / "share"
+    share.mkdir()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={share}", "test_many.py"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [w.communicate(timeout=60)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    ran = [f.name.split("-") for f in tmp_path.glob("ran-*")]
+    assert sorted(int(n) for _, n, _ in ran) == list(range(12))  # every test once
+    taken = [int(re.search(r"this worker took (\d+) of the 12 tests", out)[1]) for out in outs]
+    assert sum(taken) == 12 and len({pid for *_, pid in ran}) == sum(t > 0 for t in taken)
 
 
 def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):

@@ -24,6 +24,7 @@ def start_round(repo, *args):
     return proc.returncode, seen + out
 
 
+@pytest.mark.slow
 def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     code, out = start_round(repo, "7", "--minutes", "0.05")
     assert code == 0 and "half time" in out and "time is up" in out and "Traceback" not in out
@@ -46,6 +47,7 @@ def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     assert code == 2 and "no mock round" in out
 
 
+@pytest.mark.slow
 def test_scorecards_never_overwrite_each_other(repo):
     for _ in range(2):
         start_round(repo, "1", "--minutes", "0.02")
@@ -135,6 +137,7 @@ def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
     assert code == 2 and "cannot write the bundle" in out and "Permission denied" in out
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_grading_on_a_terminal_says_it_has_begun_before_the_checks_run(repo, tmp_path):
     code, text = on_a_terminal(repo, ["7", "katas/07-flat-kl/grpo.py", str(tmp_path)], module="grpo_katas.grade")

@@ -1,7 +1,7 @@
 """A kata's recorded run (katas/NN-slug/run.txt, grpo_katas/record.py) is what this machine prints: a kata of each
-codebase under this CPU's own kernel path (the one `make run` takes), and one kata under every kernel path the CPU
-has, each table compared with the record digit for digit. A CPU whose digits differ is named, with the first row
-that differs. Run: pytest tests/test_record.py"""
+codebase under this CPU's own kernel path (the one `make run` takes), and (slow: CI, beside its proof of every kata on
+every path) one kata under every kernel path the CPU has, each table compared with the record digit for digit. A CPU
+whose digits differ is named, with the first row that differs. Run: pytest tests/test_record.py"""
 import math
 
 import pytest
@@ -44,6 +44,7 @@ def test_a_kata_of_each_codebase_prints_its_recorded_table_here(store, kata):
     assert not found, found[0]
 
 
+@pytest.mark.slow
 def test_every_kernel_path_this_cpu_has_prints_the_same_table(store):
     kata = REPRODUCED[0]
     names = [n for n in dict.fromkeys((kernel(),) + record.KERNELS) if supported(n)]

@@ -46,6 +46,52 @@ def test_a_twin_computation_from_another_expression_is_a_tell():
     assert len(tells) == 1 and "computes a softmax of logits unlike a line beside it" in tells[0]
 
 
+REF = '''
+def build(self, role):
+    """(module, optimizer) of a role: the actor with its optimizer; the ref a module of its own, with no optimizer
+    and no gradient."""
+    if role == "ref":
+        ref_module = copy.deepcopy(self.actor_module)
+        ref_module.requires_grad_(False)
+        return ref_module, None
+    return self.actor_module, torch.optim.AdamW(self.actor_module.parameters())
+
+
+def token_logprobs(model, ids, temperature):
+    logits = model(ids)[:, :-1]  # (N, T, V) the mask is the model's
+    # divide the logits by the sampling temperature
+    logits.div_(temperature)
+    return logits.log_softmax(-1)
+'''
+
+
+def test_a_comment_that_says_what_the_planted_line_no_longer_does_is_a_tell():
+    planted = REF.replace('''        ref_module = copy.deepcopy(self.actor_module)
+        ref_module.requires_grad_(False)
+        return ref_module, None''', "        return self.actor_module, None")
+    tells = structural_tells(REF, planted)
+    assert len(tells) == 1 and "a comment that contradicts it: line 4 says 'no grad'" in tells[0], tells
+    # the comment goes with the planting: no tell
+    assert structural_tells(REF, planted.replace("a module of its own, with no optimizer\n    and no gradient.",
+                                                 "with none.")) == []
+    # the temperature dropped under the comment that names it
+    tells = [t for t in structural_tells(REF, REF.replace("    logits.div_(temperature)\n", "")) if "contradicts" in t]
+    assert len(tells) == 1 and "line 14 says 'temperature'" in tells[0], tells
+    # a comment that trails a line the planting left speaks of that line only
+    assert structural_tells(REF, REF.replace("return logits.log_softmax(-1)", "return logits.softmax(-1).log()")) == []
+
+
+def test_a_dropped_result_of_a_pure_call_is_a_tell():
+    tells = structural_tells(REF, REF.replace("logits.div_(temperature)", "logits.div(temperature)"))
+    assert [t for t in tells if "dropped" in t] == ["a dropped result: `logits.div(temperature)` keeps nothing of its value"], tells
+    for dropped in ["torch.clamp(logits, max=30.0)", "logits.masked_fill(logits.isnan(), 0.0)"]:
+        planted = REF.replace("    return logits.log_softmax(-1)", f"    {dropped}\n    return logits.log_softmax(-1)")
+        assert [t for t in structural_tells(REF, planted) if "dropped" in t] == [
+            f"a dropped result: `{dropped}` keeps nothing of its value"]
+    # an in-place method, or a call with effects, keeps its value where it is
+    assert structural_tells(REF, REF.replace("logits.div_(temperature)", "logits.clamp_(max=30.0).div_(temperature)")) == []
+
+
 def test_the_codebases_own_shape_is_not_a_tell():
     assert structural_tells(LOOP, LOOP) == []
     # an edit that changes a value but no shape

@@ -137,6 +137,7 @@ def test_a_step_count_below_one_is_refused_in_one_line(steps):
     assert r.returncode == 2 and (r.stdout + r.stderr).strip() == f"error: --steps must be at least 1, got {steps}"
 
 
+@pytest.mark.slow
 def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
     Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path).fit()
     ckpt = tmp_path / "checkpoint.pt"

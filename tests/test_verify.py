@@ -125,6 +125,7 @@ def test_after_an_edit_to_one_bugs_edit_a_second_proof_judges_only_that_target(r
     assert f"{n} targets at seeds (0,): 1 judged (1 distinct files), {n - 1} reused" in proof()
 
 
+@pytest.mark.slow
 def test_the_full_tier_judges_every_planting_and_applies_every_rule(tmp_path, monkeypatch, capsys):
     """The whole proof with a stand-in judge whose verdicts are what the catalogue declares (and without the
     unused-name rule's parse of every planting, the one costly static rule)."""
@@ -160,6 +161,7 @@ def test_the_full_tier_judges_every_planting_and_applies_every_rule(tmp_path, mo
     assert symptoms == [(len(katas), (0, 1, 2, 3, 4), ("default", "avx2", "avx512"))]
 
 
+@pytest.mark.slow
 def test_the_static_tier_runs_nothing_and_still_applies_every_static_rule(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(verify, "run_matrix", lambda *a: pytest.fail("the static tier judges nothing"))
     monkeypatch.setattr(verify, "symptom_problems", lambda *a, **k: pytest.fail("the static tier runs nothing"))

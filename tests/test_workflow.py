@@ -1,4 +1,5 @@
 """The example grading workflow's shell steps, run with a stand-in for make. Run: pytest tests/test_workflow.py"""
+import os
 import subprocess
 import textwrap
 
@@ -40,7 +41,17 @@ def test_every_submission_folder_is_graded_or_reported_and_the_job_fails_at_the_
         if n != "empty":
             (tmp_path / "pr" / "submissions" / n / "grpo.py").write_text("")
     (tmp_path / "pr" / "submissions" / "13").mkdir()  # a kata number without a file
-    (tmp_path / "grader").mkdir()
+    # what the grader must never be handed: links to its own files (the file's, or the folder's), a FIFO, a big file
+    (tmp_path / "grader" / "solutions").mkdir(parents=True)
+    (tmp_path / "grader" / "solutions" / "grpo.py").write_text("the reference")
+    links = tmp_path / "pr" / "submissions"
+    for n in ("20", "21", "22", "23"):
+        (links / n).mkdir()
+    (links / "20" / "grpo.py").symlink_to("../../../grader/solutions/grpo.py")
+    (links / "21" / "grpo.py").symlink_to("/proc/self/mem")
+    os.mkfifo(links / "22" / "grpo.py")
+    (links / "23" / "grpo.py").write_text("#" * (2**20 + 1))
+    (links / "24").symlink_to("../../grader/solutions", target_is_directory=True)
     (tmp_path / "bin").mkdir()
     (tmp_path / "bin" / "make").write_text(FAKE_MAKE)
     (tmp_path / "bin" / "make").chmod(0o755)
@@ -54,3 +65,6 @@ def test_every_submission_folder_is_graded_or_reported_and_the_job_fails_at_the_
     assert all(f"kata {n} graded" in text for n in ["7", "8", "12"]), text
     assert "submissions/abc: not graded" in text and "submissions/empty: not graded" in text
     assert "submissions/99: not graded" in text and "submissions/13: not graded, no grpo.py" in text
+    for n in ("20", "21", "22", "24"):
+        assert f"kata {n} graded" not in text and f"submissions/{n}: not graded, grpo.py is not a regular" in text
+    assert "kata 23 graded" not in text and "submissions/23: not graded, grpo.py is larger than 1 MiB" in text

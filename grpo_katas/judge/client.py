@@ -27,6 +27,7 @@ CALL_CPU_S = {"train": 30.0}     # CPU-seconds a call may use: the reference nee
 DEFAULT_CALL_CPU_S = 10.0       # and well under 0.1 s for every other call
 IDLE_S = 10.0                    # seconds with no CPU used at all before a call counts as blocked
 START_CPU_S, START_IDLE_S = 120.0, 60.0   # starting the worker: importing torch, cold disks included
+MAX_COUNT = 10**6                # a count a reply carries (optimizer steps, stand-in calls): more is malformed
 LOAD_CPU_S, LOAD_IDLE_S = 20.0, 20.0      # importing one target
 
 
@@ -136,8 +137,9 @@ class Worker:
 
     # --- calls ----------------------------------------------------------------------------------------
 
-    def call(self, key: str, fn: str, request: dict, op: str = "call") -> dict:
-        """The worker's ok-reply to a call, or CallFailed with a message that says what happened."""
+    def call(self, key: str, fn: str, request: dict, op: str = "call", cpu_budget: float | None = None) -> dict:
+        """The worker's ok-reply to a call, or CallFailed with a message that says what happened. The call's CPU
+        budget is its function's (CALL_CPU_S, times the ranks of a distributed call) unless given."""
         __tracebackhide__ = True  # a failing check's traceback ends at the check's own line
         if key in self.load_errors:
             raise CallFailed(f"the file could not be imported: {self.load_errors[key]}")
@@ -153,7 +155,8 @@ class Worker:
         try:
             self._send({"op": op, "key": key, "fn": fn, **request})
             ranks = len(request.get("ranks", [None]))  # a distributed call's budget covers all its ranks
-            reply = self._receive(ranks * CALL_CPU_S.get(fn, DEFAULT_CALL_CPU_S), IDLE_S, f"running {fn}")
+            budget = cpu_budget or ranks * CALL_CPU_S.get(fn, DEFAULT_CALL_CPU_S)
+            reply = self._receive(budget, IDLE_S, f"running {fn}")
         except Hang as exc:
             return self._give_up(key, fn, f"did not return: {exc}")
         except Died as exc:
@@ -349,11 +352,13 @@ class Encoder:
                 if isinstance(obj, torch.nn.Module):
                     apply_module(obj, u)
                 elif isinstance(obj, Optimizer):
-                    obj.steps += int(u["steps"])
+                    obj.steps += wire.count(u["steps"], "an optimizer's step count", MAX_COUNT)
                     obj.state = u["state"]
                 elif isinstance(obj, torch.Generator):
                     obj.set_state(u["state"])
-        except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+        except wire.ProtocolError:
+            raise
+        except Exception as exc:  # untrusted data: whatever it makes fail here (1e400 as a count) is malformed
             raise wire.ProtocolError(f"malformed updates ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
@@ -374,8 +379,11 @@ def apply_module(model, u: dict) -> None:
         p.grad = None if g is None else g.to(p.dtype)
         p.requires_grad_(bool(flags.get(name, p.requires_grad)))
     if isinstance(model, StandIn) and "records" in u:
-        model.calls += int(u["records"]["calls"])
-        model.grad_enabled += [bool(x) for x in u["records"]["grad_enabled"]]
+        model.calls += wire.count(u["records"]["calls"], "a stand-in's call count", MAX_COUNT)
+        flags = u["records"]["grad_enabled"]
+        if not isinstance(flags, list) or not all(isinstance(x, bool) for x in flags):
+            raise ValueError("a stand-in's grad modes are not a list of booleans")
+        model.grad_enabled += flags
 
 
 class Target:
@@ -439,7 +447,9 @@ class Target:
                 result = wire.from_plain(r.get("result"))
                 enc.apply(r.get("updates", {}))
                 out.append({"result": result, "records": wire.from_plain(r.get("records"))})
-        except (wire.ProtocolError, TypeError, ValueError, RuntimeError, KeyError, AttributeError) as exc:
+        except CallFailed:
+            raise
+        except Exception as exc:  # untrusted data: whatever it makes fail here is malformed
             self.worker._give_up(self.key, fn, f"answered a distributed call with malformed data: {exc}")
         for r in out:
             problem = contract.check_return(fn, r["result"])
@@ -462,7 +472,7 @@ class Target:
             if not (isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8):
                 raise wire.ProtocolError("no RNG state")
             torch.set_rng_state(rng)
-        except (wire.ProtocolError, TypeError, ValueError, RuntimeError) as exc:
+        except Exception as exc:  # untrusted data: whatever it makes fail here is malformed
             self.worker._give_up(self.key, fn, f"answered with malformed data: {exc}")
         problem = contract.check_return(fn, result)
         if problem:

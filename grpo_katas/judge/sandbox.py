@@ -2,9 +2,10 @@
 
 Two modes, chosen by `resolve`:
 - "bubblewrap" (Linux with bubblewrap 0.8 or later and user namespaces): the worker sees only the Python
-  environment (read-only), lab/, the four files it runs (judge/__init__, wire, standins, worker) and the target
-  files, all read-only, plus an empty /tmp of DISK_MB. No repository, no checks/, no solutions/, no katas/, no
-  output folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap
+  environment (read-only), lab/, the files it runs (WORKER_FILES: judge/__init__, wire, standins, worker, and the
+  runner `make run` uses for the brief's run) and the target files, all read-only, plus an empty /tmp of DISK_MB,
+  its one writable place: the root and /dev are read-only, and /dev holds only the device nodes the worker opens
+  (DEVICES; no /dev/shm, no terminal). No repository, no checks/, no solutions/, no katas/, no output folder; no network (its own empty network namespace); its own PID namespace, so killing bubblewrap
   kills every process the worker started, including ones that called setsid. It holds no capability, whoever
   runs the judge: bubblewrap run by root keeps every capability inside the sandbox unless told to drop them, and
   with CAP_SYS_ADMIN a worker can remount its read-only binds writable. It cannot create user namespaces of its
@@ -33,10 +34,15 @@ from pathlib import Path
 from grpo_katas import ROOT
 
 WORKER_FILES = ["grpo_katas/__init__.py", "grpo_katas/judge/__init__.py", "grpo_katas/judge/wire.py",
-                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py"]
+                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py",
+                # the brief's run, as `make run` makes it: its runner and what the runner imports
+                "grpo_katas/runner.py", "grpo_katas/runs.py", "grpo_katas/loader.py"]
 INSIDE = Path("/judge")          # where lab/ and the worker's files appear inside the sandbox
 TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
+# the device nodes the worker opens (strace of a check run, distributed calls and the brief's run included): Python
+# and torch read urandom, subprocess opens null. Each is the host's node, bound in; nothing else is in /dev.
+DEVICES = ("null", "urandom")
 
 
 @dataclass(frozen=True)
@@ -74,8 +80,8 @@ def _probe() -> str | None:
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
     try:
-        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", *isolation(Limits()), "--proc", "/proc",
-                            "cat", "/proc/self/status"], capture_output=True, text=True, timeout=20)
+        r = subprocess.run(["bwrap", "--ro-bind", "/", "/", *isolation(Limits()), "--proc", "/proc", *devices(),
+                            *read_only_root(), "cat", "/proc/self/status"], capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap failed to start ({exc})"
     if r.returncode != 0:
@@ -100,9 +106,25 @@ def isolation(limits: Limits) -> list:
     """bubblewrap's options that isolate the worker, whoever runs the judge: every namespace, no capability (as
     root, bubblewrap keeps them all unless dropped), no user namespaces of its own (where it would hold
     capabilities again), a session of its own (no TIOCSTI into the judge's terminal), an empty environment and an
-    empty /tmp of limited size. The probe runs exactly these."""
+    empty /tmp of limited size. The probe runs exactly these, with `devices` and `read_only_root`."""
     return ["--unshare-all", "--unshare-user", "--disable-userns", "--cap-drop", "ALL", "--die-with-parent",
             "--new-session", "--clearenv", "--size", str(limits.disk_mb * 2**20), "--tmpfs", "/tmp"]
+
+
+def devices() -> list:
+    """A read-only /dev that holds only DEVICES. bubblewrap's own --dev is a writable tmpfs of half the host's
+    memory (with shm/, pts/, tty, full ...): a worker that writes a file there, 64 MiB at a time, fills host memory
+    that no limit of its own counts."""
+    args = ["--size", str(2**16), "--tmpfs", "/dev"]
+    for name in DEVICES:
+        args += ["--dev-bind", f"/dev/{name}", f"/dev/{name}"]
+    return args + ["--remount-ro", "/dev"]
+
+
+def read_only_root() -> list:
+    """The sandbox's root is a tmpfs that bubblewrap builds (the folders of the binds in it) and leaves writable, of
+    half the host's memory like /dev: made read-only once everything is in place, the last of the options."""
+    return ["--remount-ro", "/"]
 
 
 def _system_binds() -> list:
@@ -133,7 +155,7 @@ def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
     if mode == "process":
         return python
     # The empty /tmp comes first: a later bind beneath it (a checkout or a venv under /tmp) is then not hidden.
-    args = ["bwrap", *isolation(limits), *_system_binds(), "--proc", "/proc", "--dev", "/dev",
+    args = ["bwrap", *isolation(limits), *_system_binds(), "--proc", "/proc", *devices(),
             "--ro-bind", str(ROOT / "lab"), str(INSIDE / "lab")]
     for f in WORKER_FILES:
         args += ["--ro-bind", str(ROOT / f), str(INSIDE / f)]
@@ -142,13 +164,16 @@ def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
         args += ["--ro-bind", str(Path(p).resolve()), inside[k]]
     for name, value in environment(limits).items():
         args += ["--setenv", name, value]
-    return args + ["--chdir", "/tmp", *python]
+    return args + read_only_root() + ["--chdir", "/tmp", *python]
 
 
 def environment(limits: Limits) -> dict:
     n = str(limits.threads)
-    return {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
-            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore", "LANG": "C.UTF-8"}
+    env = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "OMP_NUM_THREADS": n, "MKL_NUM_THREADS": n,
+           "PYTHONDONTWRITEBYTECODE": "1", "PYTHONWARNINGS": "ignore", "LANG": "C.UTF-8"}
+    if "ATEN_CPU_CAPABILITY" in os.environ:  # torch's kernel path: a run's last bits, as the judge's own runs have them
+        env["ATEN_CPU_CAPABILITY"] = os.environ["ATEN_CPU_CAPABILITY"]
+    return env
 
 
 def launch(mode: str, targets: dict, log_dir: Path, limits: Limits) -> tuple:

@@ -7,10 +7,13 @@ unpickled: a worker's message is parsed as JSON and raw numbers, every length an
 nothing but data. (torch.save with weights_only=True would be as safe; its unpickler costs milliseconds a
 message, this costs microseconds.)
 
-What a worker sends is bounded before the judge holds it: a frame of at most MAX_FRAME bytes, lists and dicts of
-at most MAX_ITEMS entries, strings cut to MAX_STRING characters with any lone surrogate replaced (so no report
-the judge writes can fail to encode), and dtypes only from DTYPES: no name a worker sends is ever looked up as
-an attribute of anything.
+What a worker sends is bounded before the judge holds it: a frame of at most MAX_FRAME bytes with a header of at
+most MAX_HEADER, at most MAX_TENSORS tensors whose byte ranges tile the data in order (none overlaps another or
+leaves it, and each is used once in the tree, so the tensors the judge builds never hold more bytes than the
+frame it read), lists and dicts of at most MAX_ITEMS entries, integers within 64 bits, strings cut to MAX_STRING
+characters with any lone surrogate replaced (so no report the judge writes can fail to encode), and dtypes only
+from DTYPES: no name a worker sends is ever looked up as an attribute of anything. Every number of the header is
+checked for its type and range; `count` checks one a caller uses as a count.
 
 Richer values travel as tagged dicts, {"kind": ..., ...}; every user dict travels as a list of pairs, so a tag
 can never be forged by a dict that happens to hold the key "kind". Results come back through `to_plain` (the
@@ -33,6 +36,10 @@ DTYPES = {str(d).removeprefix("torch."): d for d in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64, torch.complex128,
     torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)}
 MAX_FRAME = 16 * 2**20           # larger frames are refused (the checks' largest reply is under 1 MiB)
+MAX_HEADER = 2**20               # bytes of a frame's JSON header (the checks' largest is 23 kB)
+MAX_TENSORS = 4096               # tensors in one frame (the checks' largest reply holds 162)
+MAX_DIMS = 32                    # dimensions of one tensor
+MAX_INT = 2**63                  # an integer in a frame is within 64 bits, as every one a tensor or a count can be
 MAX_ITEMS = 10_000               # entries of one list or dict; more is refused
 MAX_STRING = 10_000              # characters of one string; longer ones are cut
 MAX_DEPTH = 12                   # nesting deeper than this is sent as Opaque
@@ -82,47 +89,96 @@ def _to_json(v, tensors):
 def unpack(payload: bytes):
     """A message's tree. Untrusted: anything malformed is a ProtocolError, never any other exception."""
     try:
+        if len(payload) < JSON_LENGTH.size:
+            raise ProtocolError("a message shorter than its header's length")
         (n,) = JSON_LENGTH.unpack(payload[:JSON_LENGTH.size])
+        if n > MAX_HEADER or JSON_LENGTH.size + n > len(payload):
+            raise ProtocolError(f"a header of {n} bytes (the limit is {MAX_HEADER}, the message has {len(payload)})")
         header = json.loads(payload[JSON_LENGTH.size:JSON_LENGTH.size + n])
-        data = memoryview(payload)[JSON_LENGTH.size + n:]
-        tensors = [_tensor(entry, data) for entry in header["tensors"]]
-        return _from_json(header["tree"], tensors, 0)
+        if not isinstance(header, dict) or set(header) != {"tree", "tensors"}:
+            raise ProtocolError("a header that is not {tree, tensors}")
+        tensors = _tensors(header["tensors"], memoryview(payload)[JSON_LENGTH.size + n:])
+        used = [False] * len(tensors)
+        tree = _from_json(header["tree"], tensors, used, 0)
+        if not all(used):
+            raise ProtocolError(f"tensor {used.index(False)} is sent but never used")
+        return tree
     except ProtocolError:
         raise
     except Exception as exc:  # any decoding failure of untrusted bytes is a protocol error, nothing more
         raise ProtocolError(f"undecodable message ({type(exc).__name__}: {str(exc)[:200]})") from None
 
 
-def _tensor(entry, data) -> torch.Tensor:
-    dtype, shape, offset, n = entry
-    if dtype not in DTYPES or not all(isinstance(d, int) and d >= 0 for d in shape):
-        raise ProtocolError(f"a tensor of dtype {dtype!r} and shape {shape!r}")
-    dt = DTYPES[dtype]
-    if math.prod(shape) * dt.itemsize != n or not (0 <= offset and offset + n <= len(data)):
-        raise ProtocolError("a tensor whose bytes do not match its shape")
-    if n == 0:
-        return torch.empty(shape, dtype=dt)
-    return torch.frombuffer(bytearray(data[offset:offset + n]), dtype=dt).view(shape)
+def _tensors(index, data) -> list:
+    """The tensors an index lists, in order: their byte ranges must follow each other from the data's start to its
+    end, so that together they hold exactly the data's bytes, each byte once."""
+    if not isinstance(index, list) or len(index) > MAX_TENSORS:
+        raise ProtocolError(f"a tensor index that is not a list of at most {MAX_TENSORS} entries")
+    tensors, end = [], 0
+    for i, entry in enumerate(index):
+        if not isinstance(entry, list) or len(entry) != 4:
+            raise ProtocolError(f"tensor {i}: an entry that is not [dtype, shape, offset, length]")
+        name, shape, offset, n = entry
+        if not isinstance(name, str) or name not in DTYPES:
+            raise ProtocolError(f"tensor {i}: unknown dtype {str(name)[:40]!r}")
+        if not isinstance(shape, list) or len(shape) > MAX_DIMS:
+            raise ProtocolError(f"tensor {i}: a shape that is not a list of at most {MAX_DIMS} sizes")
+        for d in shape:
+            count(d, f"tensor {i}: a size", MAX_FRAME)
+        count(offset, f"tensor {i}: an offset", len(data))
+        count(n, f"tensor {i}: a length", len(data))
+        if offset != end:
+            raise ProtocolError(f"tensor {i}: byte range {offset}..{offset + n} does not start where the one "
+                                f"before it ends ({end}): ranges may not overlap, repeat or leave gaps")
+        dt = DTYPES[name]
+        if math.prod(shape) * dt.itemsize != n or end + n > len(data):
+            raise ProtocolError(f"tensor {i}: {n} bytes at {offset} for a {name} tensor of shape {shape} in "
+                                f"{len(data)} bytes of data")
+        end += n
+        tensors.append(torch.empty(shape, dtype=dt) if n == 0 else
+                       torch.frombuffer(bytearray(data[offset:end]), dtype=dt).view(shape))
+    if end != len(data):
+        raise ProtocolError(f"{len(data) - end} bytes of data that no tensor holds")
+    return tensors
 
 
-def _from_json(v, tensors, depth):
+def count(value, what: str, top: int) -> int:
+    """value, when it is an integer from 0 to top (not a bool, a float, infinity or NaN); else a ProtocolError
+    that names it as `what`."""
+    if type(value) is not int or not 0 <= value <= top:
+        raise ProtocolError(f"{what} is {str(value)[:40]}, not a whole number from 0 to {top}")
+    return value
+
+
+def _from_json(v, tensors, used, depth):
     if depth > 64:
         raise ProtocolError("nesting too deep")
     if isinstance(v, str):
         return text(v)
+    if type(v) is int and not -MAX_INT <= v < MAX_INT:
+        raise ProtocolError(f"an integer beyond 64 bits ({str(v)[:40]}...)")
     if isinstance(v, (list, dict)) and len(v) > MAX_ITEMS:
         raise ProtocolError(f"a list or dict of {len(v)} entries (the limit is {MAX_ITEMS})")
     if isinstance(v, list):
-        return [_from_json(x, tensors, depth + 1) for x in v]
+        return [_from_json(x, tensors, used, depth + 1) for x in v]
     if not isinstance(v, dict):
         return v
     if "__t" in v:
-        return tensors[v["__t"]]
+        i = count(v["__t"], "a tensor reference", len(tensors) - 1) if tensors else None
+        if i is None or used[i]:
+            raise ProtocolError(f"a reference to tensor {str(v['__t'])[:40]}, which is not there or used already")
+        used[i] = True
+        return tensors[i]
     if "__dtype" in v:
         return dtype(v["__dtype"])
     if "__pairs" in v:
-        return {_hashable(_from_json(k, tensors, depth + 1)): _from_json(x, tensors, depth + 1) for k, x in v["__pairs"]}
-    return {text(k): _from_json(x, tensors, depth + 1) for k, x in v.items()}
+        pairs = v["__pairs"]
+        if not isinstance(pairs, list) or len(pairs) > MAX_ITEMS or not all(
+                isinstance(p, list) and len(p) == 2 for p in pairs):
+            raise ProtocolError(f"pairs that are not a list of at most {MAX_ITEMS} [key, value] pairs")
+        return {_hashable(_from_json(k, tensors, used, depth + 1)): _from_json(x, tensors, used, depth + 1)
+                for k, x in pairs}
+    return {text(k): _from_json(x, tensors, used, depth + 1) for k, x in v.items()}
 
 
 def text(s: str) -> str:

@@ -387,7 +387,8 @@ def ppo_objective(logp, old_logp, ref_logp, advantages, valid, cfg, sampler_logp
 
 def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
     # One pass's share of the batch's objective, as loss_type says: the batch has num_samples samples holding num_tokens
-    # valid tokens, and goes through the model in num_passes passes
+    # valid tokens, and goes through the model in num_passes passes. The token-level normalization of each pass that
+    # is often called DAPO-style is bnpo here; dapo counts the valid tokens of the whole batch
     if cfg.loss_type in ("grpo", "sapo"): # DeepSeekMath: each sample's mean over its own tokens, then the mean over samples
         return ((pg_obj * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)).sum() / num_samples
     pg_obj = (pg_obj * valid).sum()
@@ -504,6 +505,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
         grad_norms.append(grad_norm.item())
 
     # Report loss, KL and ratio from iteration 0, while the model still equals pi_old; clip and grad norm from the final one
+    # (iteration 0's pi_old is its own log-probs, so its ratio is exactly 1: ratio_dev reads 0 by construction)
     return {"loss": losses[0], "kl": kls[0], "ratio_dev": ratio_devs[0], "clip_frac": clip_fracs[-1], "grad_norm": grad_norms[-1],
             "adv_std": advantages_all.std().item(), "completion_len": (targets_all >= 0).sum(dim=1).float().mean().item()}
 

@@ -371,6 +371,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
             loss = grpo_loss(logp, old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
                              num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows],
                              entropies=entropies(policy, rows), stats=seen[-1])
+            # each loss_type scales its micro step its own way, not all by 1 / gradient_accumulation_steps
             if cfg.loss_type == "bnpo":
                 loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type not in ("dapo", "cispo"):

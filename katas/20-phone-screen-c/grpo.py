@@ -332,7 +332,8 @@ def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
     Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
-    one (`torch.tensor_split`). Scalars and 0-dim tensors are passed to every chunk unchanged.
+    one (`torch.tensor_split`), so a batch that does not divide evenly keeps every row (chunks of `len // num_chunks`
+    rows would drop the remainder). Scalars and 0-dim tensors are passed to every chunk unchanged.
 
     Example:
     ```python
@@ -343,7 +344,7 @@ def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     chunks = [{} for _ in range(num_chunks)]
     for key, value in tensor_dict.items():
         if isinstance(value, torch.Tensor) and value.ndim > 0:
-            for chunk, part in zip(chunks, torch.tensor_split(value, num_chunks, dim=0)):
+            for chunk, part in zip(chunks, torch.tensor_split(value, num_chunks, dim=0), strict=True):
                 chunk[key] = part
         else:
             for chunk in chunks:
@@ -594,13 +595,11 @@ def token_logprobs_and_entropies(
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask)
     if logits.dtype not in [torch.float32, torch.float64]:
-        logits = logits.float()
+        logits = logits.float().div_(temperature)
     # Exclude the last value: it corresponds to the next token pred
     logits = logits[:, :-1, :]  # (N, L-1, V)
     # Only keep the last logits_to_keep
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
-    # Divide logits by sampling temperature
-    logits.div(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
     logps = selective_log_softmax(logits, completion_ids)
     entropies = None
@@ -945,7 +944,7 @@ class GRPOTrainer:
         each of them (else `None`), computed in `num_chunks` chunks."""
         all_logps, all_entropies = [], []
         for input_ids_batch, attention_mask_batch in zip(
-            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks)
+            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks), strict=True
         ):
             if input_ids_batch.size(0) > 0:
                 prompt_length = input_ids_batch.size(1) - logits_to_keep

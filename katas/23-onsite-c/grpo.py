@@ -15,7 +15,6 @@ mini-batches (here one: one optimizer step per epoch) and each mini-batch into m
 normalized by the whole mini-batch, over all data-parallel ranks, so that they add up to its loss.
 """
 
-import copy
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -92,7 +91,8 @@ class GRPOConfig:
             raise ValueError(f"off_policy_mask_threshold must be > 0, got {self.off_policy_mask_threshold}")
 
 
-# loss_type -> the loss_agg_mode of agg_loss
+# loss_type -> the loss_agg_mode of agg_loss. bnpo and dapo are both token-mean, told apart by the token count that
+# global_batch_info passes: dapo divides by the mini-batch's tokens over every rank, bnpo by each micro-batch's own
 LOSS_AGG_MODE = {
     "grpo": "seq-mean-token-mean",
     "bnpo": "token-mean",
@@ -330,9 +330,9 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
             id2std = dict.fromkeys(id2std, torch.std(scores))
         for i in range(bsz):
             if norm_adv_by_std_in_grpo:
-                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
-            else:
                 scores[i] = scores[i] - id2mean[index[i]]
+            else:
+                scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
         scores = scores.unsqueeze(-1) * response_mask
 
     return scores, scores
@@ -342,7 +342,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
     token_level_rewards = rewards.unsqueeze(-1)  # (bs, 1): each score on a response of one token
     advantages, _ = compute_grpo_outcome_advantage(token_level_rewards, torch.ones_like(token_level_rewards),
                                                    assign_uid(len(rewards), group_size), epsilon=eps,
-                                                   norm_adv_by_std_in_grpo=scale == ("group", "batch"),
+                                                   norm_adv_by_std_in_grpo=scale in ("group", "batch"),
                                                    std_from_batch=scale == "batch")
     return advantages.squeeze(-1)
 
@@ -353,7 +353,7 @@ def compute_advantage(data: DataProto, cfg: GRPOConfig) -> DataProto:
         response_mask=data.batch["response_mask"],
         index=data.non_tensor_batch["uid"],
         epsilon=cfg.adv_eps,
-        norm_adv_by_std_in_grpo=cfg.scale_rewards == ("group", "batch"),
+        norm_adv_by_std_in_grpo=cfg.scale_rewards in ("group", "batch"),
         std_from_batch=cfg.scale_rewards == "batch",
     )
     data.batch["advantages"] = advantages
@@ -424,7 +424,8 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     """Compute KL divergence given logprob and ref_logprob.
     See more description in http://joschu.net/blog/kl-approx.html
 
-    kl_penalty: "kl" / "k1", "abs", "mse" / "k2", "k3", or "low_var_kl" (k3 clamped for numerical stability)
+    kl_penalty: "kl" / "k1", "abs", "mse" / "k2", "k3", or "low_var_kl" (k3 clamped to [-10, 10] for numerical
+        stability; "k3" is not an alias of it here, but the estimate unclamped)
     """
     if kl_penalty in ("kl", "k1"):
         return logprob - ref_logprob
@@ -502,7 +503,7 @@ def clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, lo
         pg_losses1 = -advantages * torch.clamp(ratio, max=config.delta)
     pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     pg_losses = torch.minimum(pg_losses1, pg_losses2)
-    pg_clipfrac = masked_mean(torch.gt(pg_losses2, pg_losses1).float(), response_mask)
+    pg_clipfrac = masked_mean(torch.lt(pg_losses2, pg_losses1).float(), response_mask)
 
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
@@ -512,6 +513,7 @@ def clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, lo
     pg_metrics = {
         "actor/pg_clipfrac": pg_clipfrac.item(),
         "actor/ppo_kl": ppo_kl.item(),
+        # 0 by construction on policy, where update_policy's old_log_prob is log_prob itself
         "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
     }
     return pg_loss, pg_metrics
@@ -812,7 +814,7 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
     # one mini-batch, the whole batch: one optimizer step per epoch
     mini_batches = data.chunk(1)
 
-    on_policy = len(mini_batches) == 1
+    on_policy = len(mini_batches) == 1 and cfg.grad_accum_steps == 1
 
     metrics = defaultdict(list)
     for epoch in range(cfg.num_iterations):
@@ -823,7 +825,9 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
             if dp_size > 1:
                 torch.distributed.all_reduce(batch_num_tokens, op=torch.distributed.ReduceOp.SUM)
             batch_info = global_batch_info(cfg, response_mask, batch_num_tokens, dp_size)
-            # with the global batch's normalizers the micro-batch losses add up; without, they are averaged
+            # the micro-batch's weight in the mini-batch's loss (agg_loss's loss_scale_factor is another thing, the
+            # seq-mean-token-sum-norm divisor): with the global batch's normalizers the micro-batch losses add up;
+            # without, they are averaged
             loss_scale_factor = 1.0 if batch_info else 1 / cfg.grad_accum_steps
 
             mini_batch_metrics = defaultdict(float)
@@ -1013,9 +1017,8 @@ class PPOTrainer:
                                                  train_dataloader_generator)
 
     def _build_model_optimizer(self, role: str) -> tuple:
-        """(module, optimizer) of a role, from the weights the actor starts with: the actor in
-        DistributedDataParallel over the ranks, with its optimizer; the ref a module of its own, with no optimizer
-        and no gradient."""
+        """(module, optimizer) of a role: the actor in DistributedDataParallel over the ranks, with its optimizer;
+        the ref with none."""
         if role == "ref":
             return self.actor_module, None
         actor_module = DistributedDataParallel(self.actor_module) if self.world_size > 1 else self.actor_module

@@ -332,7 +332,8 @@ def create_reference_model(model: torch.nn.Module) -> torch.nn.Module:
 def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     """
     Splits a dictionary of tensors along the first dimension into `num_chunks` parts whose sizes differ by at most
-    one (`torch.tensor_split`). Scalars and 0-dim tensors are passed to every chunk unchanged.
+    one (`torch.tensor_split`), so a batch that does not divide evenly keeps every row (chunks of `len // num_chunks`
+    rows would drop the remainder). Scalars and 0-dim tensors are passed to every chunk unchanged.
 
     Example:
     ```python
@@ -343,7 +344,7 @@ def split_tensor_dict(tensor_dict: dict, num_chunks: int) -> list[dict]:
     chunks = [{} for _ in range(num_chunks)]
     for key, value in tensor_dict.items():
         if isinstance(value, torch.Tensor) and value.ndim > 0:
-            for chunk, part in zip(chunks, torch.tensor_split(value, num_chunks, dim=0)):
+            for chunk, part in zip(chunks, torch.tensor_split(value, num_chunks, dim=0), strict=True):
                 chunk[key] = part
         else:
             for chunk in chunks:
@@ -935,7 +936,7 @@ class GRPOTrainer:
         each of them (else `None`), computed in `num_chunks` chunks."""
         all_logps, all_entropies = [], []
         for input_ids_batch, attention_mask_batch in zip(
-            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks)
+            torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks), strict=True
         ):
             if input_ids_batch.size(0) > 0:
                 prompt_length = input_ids_batch.size(1) - logits_to_keep
@@ -1048,7 +1049,7 @@ class GRPOTrainer:
         )
 
         # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
-        # this pass
+        # this pass: the ratio is then exactly 1, and ratio_deviation/max 0
         old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps.detach())
 
         loss, coef_1, per_token_kl = compute_grpo_loss(

@@ -92,7 +92,8 @@ class GRPOConfig:
             raise ValueError(f"off_policy_mask_threshold must be > 0, got {self.off_policy_mask_threshold}")
 
 
-# loss_type -> the loss_agg_mode of agg_loss
+# loss_type -> the loss_agg_mode of agg_loss. bnpo and dapo are both token-mean, told apart by the token count that
+# global_batch_info passes: dapo divides by the mini-batch's tokens over every rank, bnpo by each micro-batch's own
 LOSS_AGG_MODE = {
     "grpo": "seq-mean-token-mean",
     "bnpo": "token-mean",
@@ -425,7 +426,8 @@ def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str
     """Compute KL divergence given logprob and ref_logprob.
     See more description in http://joschu.net/blog/kl-approx.html
 
-    kl_penalty: "kl" / "k1", "abs", "mse" / "k2", "k3", or "low_var_kl" (k3 clamped for numerical stability)
+    kl_penalty: "kl" / "k1", "abs", "mse" / "k2", "k3", or "low_var_kl" (k3 clamped to [-10, 10] for numerical
+        stability; "k3" is not an alias of it here, but the estimate unclamped)
     """
     if kl_penalty in ("kl", "k1"):
         return logprob - ref_logprob
@@ -513,6 +515,7 @@ def clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, lo
     pg_metrics = {
         "actor/pg_clipfrac": pg_clipfrac.item(),
         "actor/ppo_kl": ppo_kl.item(),
+        # 0 by construction on policy, where update_policy's old_log_prob is log_prob itself
         "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
     }
     return pg_loss, pg_metrics
@@ -824,7 +827,9 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
             if dp_size > 1:
                 torch.distributed.all_reduce(batch_num_tokens, op=torch.distributed.ReduceOp.SUM)
             batch_info = global_batch_info(cfg, response_mask, batch_num_tokens, dp_size)
-            # with the global batch's normalizers the micro-batch losses add up; without, they are averaged
+            # the micro-batch's weight in the mini-batch's loss (agg_loss's loss_scale_factor is another thing, the
+            # seq-mean-token-sum-norm divisor): with the global batch's normalizers the micro-batch losses add up;
+            # without, they are averaged
             loss_scale_factor = 1.0 if batch_info else 1 / cfg.grad_accum_steps
 
             mini_batch_metrics = defaultdict(float)

@@ -69,7 +69,7 @@ class Rollout:
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """(N, T) -> (N, T): 1 on each completion's tokens through its end, 0 on the pad after it."""
     cols = torch.arange(completion_ids.size(1), device=completion_ids.device)  # (T,)
-    _, first_eos = (completion_ids == eos_id).max(dim=1)                  # (N,) max gives the first hit
+    first_eos = (completion_ids == eos_id).int().argmax(dim=1)            # (N,) the first hit
     return (cols <= first_eos[:, None]).float()                           # (N, T)
 
 
@@ -131,12 +131,12 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature.
     The logits at column c predict the token at column c+1; log-softmax runs in float32, or in the model's
     dtype where that is wider."""
-    logits = model(input_ids, torch.ones_like(input_ids))                 # (N, P+T, V)
+    logits = model(input_ids, torch.ones_like(attention_mask))            # (N, P+T, V)
     logits = logits[:, prompt_len - 1:-1]                                 # (N, T, V)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     targets = input_ids[:, prompt_len:]                                   # (N, T)
     logp = torch.log_softmax(logits, dim=-1)                              # (N, T, V)
-    return logp.gather(-1, targets[..., None]).squeeze(-1) * attention_mask[:, prompt_len:]  # (N, T)
+    return logp.gather(-1, targets[..., None]).squeeze(-1)                # (N, T)
 
 
 # -----------------------------------------------------------------------------

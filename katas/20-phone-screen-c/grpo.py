@@ -472,12 +472,14 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask)
-    if logits.dtype not in [torch.float32, torch.float64]:
-        logits = logits.float().div_(temperature)
     # Exclude the last value: it corresponds to the next token pred
     logits = logits[:, :-1, :]  # (N, L-1, V)
     # Only keep the last logits_to_keep
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
+    if logits.dtype not in [torch.float32, torch.float64]:
+        logits = logits.float()
+        # Divide logits by sampling temperature
+        logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
     return selective_log_softmax(logits, completion_ids)
 
@@ -746,12 +748,12 @@ class GRPOTrainer:
         logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
 
         with torch.no_grad():
-            # If generation does not occur at the end of a full optimizer step (gradient accumulation steps not a
-            # multiple of generate_every), the samples may come from an earlier version of the model, and the old
-            # log-probs are needed for the importance ratio. If the steps are aligned they are the log-probs of the
-            # training pass and are left to `_compute_loss`. The sampler correction needs them either way.
+            # If generation does not occur at the end of a full optimizer step, the samples may come from an earlier
+            # version of the model, and the old log-probs are needed for the importance ratio. If the steps are
+            # aligned they are the log-probs of the training pass and are left to `_compute_loss`. The sampler
+            # correction needs them either way.
             generate_every = self.steps_per_generation * self.num_iterations  # generation frequency
-            misaligned = self.current_gradient_accumulation_steps % generate_every != 0
+            misaligned = generate_every % self.current_gradient_accumulation_steps != 0
             old_per_token_logps = (
                 self._get_per_token_logps(
                     self.model, prompt_completion_ids, attention_mask, logits_to_keep, self.steps_per_generation
@@ -797,7 +799,9 @@ class GRPOTrainer:
         logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
         per_token_logps = self._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
 
-        old_per_token_logps = per_token_logps
+        # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
+        # this pass: the ratio is then exactly 1, and ratio_deviation/max 0
+        old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps)
 
         loss, coef_1, per_token_kl = compute_grpo_loss(
             per_token_logps,

@@ -748,12 +748,12 @@ class GRPOTrainer:
         logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
 
         with torch.no_grad():
-            # If generation does not occur at the end of a full optimizer step, the samples may come from an earlier
-            # version of the model, and the old log-probs are needed for the importance ratio. If the steps are
-            # aligned they are the log-probs of the training pass and are left to `_compute_loss`. The sampler
-            # correction needs them either way.
+            # If generation does not occur at the end of a full optimizer step (gradient accumulation steps not a
+            # multiple of generate_every), the samples may come from an earlier version of the model, and the old
+            # log-probs are needed for the importance ratio. If the steps are aligned they are the log-probs of the
+            # training pass and are left to `_compute_loss`. The sampler correction needs them either way.
             generate_every = self.steps_per_generation * self.num_iterations  # generation frequency
-            misaligned = generate_every % self.current_gradient_accumulation_steps != 0
+            misaligned = self.current_gradient_accumulation_steps % generate_every != 0
             old_per_token_logps = (
                 self._get_per_token_logps(
                     self.model, prompt_completion_ids, attention_mask, logits_to_keep, self.steps_per_generation

@@ -290,7 +290,7 @@ def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
     pg_obj = (pg_obj * valid).sum()
     if cfg.loss_type == "bnpo": # the mean over the valid tokens of each pass, averaged over the passes
         return pg_obj / (valid.sum().clamp(min=1) * num_passes)
-    if cfg.loss_type == "dr_grpo": # Dr. GRPO: one divisor for every sample, whatever its length
+    if cfg.loss_type == "dr_grpo": # Dr. GRPO: no division by each sample's own length
         return pg_obj / (num_samples * valid.sum(dim=1).max())
     return pg_obj / num_tokens # dapo: the mean over the valid tokens of the whole batch
 

@@ -595,12 +595,12 @@ def token_logprobs_and_entropies(
     """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask)
-    if logits.dtype not in [torch.float32, torch.float64]:
-        logits = logits.float()
     # Exclude the last value: it corresponds to the next token pred
     logits = logits[:, :-1, :]  # (N, L-1, V)
     # Only keep the last logits_to_keep
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
+    if logits.dtype not in [torch.float32, torch.float64]:
+        logits = logits.float()
     # Divide logits by sampling temperature
     logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]

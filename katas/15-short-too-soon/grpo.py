@@ -116,7 +116,7 @@ class Rollout:
 def completion_mask(completion_ids: torch.Tensor, eos_id: int) -> torch.Tensor:
     """(N, T) -> (N, T): 1 on each completion's tokens through its end, 0 on the pad after it."""
     cols = torch.arange(completion_ids.size(1), device=completion_ids.device)  # (T,)
-    _, first_eos = (completion_ids == eos_id).max(dim=1)                  # (N,) max gives the first hit
+    first_eos = (completion_ids == eos_id).int().argmax(dim=1)            # (N,) the first hit
     return (cols <= first_eos[:, None]).float()                           # (N, T)
 
 
@@ -192,7 +192,7 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature."""
     logp = next_token_logprobs(model, input_ids, attention_mask, prompt_len, temperature)  # (N, T, V)
     targets = input_ids[:, prompt_len:]                                   # (N, T)
-    return logp.gather(-1, targets[..., None]).squeeze(-1) * attention_mask[:, prompt_len:]  # (N, T)
+    return logp.gather(-1, targets[..., None]).squeeze(-1)                # (N, T)
 
 
 def token_entropies(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:

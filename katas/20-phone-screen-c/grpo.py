@@ -594,12 +594,14 @@ def token_logprobs_and_entropies(
     """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask)
-    if logits.dtype not in [torch.float32, torch.float64]:
-        logits = logits.float().div_(temperature)
     # Exclude the last value: it corresponds to the next token pred
     logits = logits[:, :-1, :]  # (N, L-1, V)
     # Only keep the last logits_to_keep
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
+    if logits.dtype not in [torch.float32, torch.float64]:
+        logits = logits.float()
+        # Divide logits by sampling temperature
+        logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
     logps = selective_log_softmax(logits, completion_ids)
     entropies = None
@@ -1056,7 +1058,9 @@ class GRPOTrainer:
             model, input_ids, attention_mask, logits_to_keep, compute_entropy=self.top_entropy_quantile < 1.0
         )
 
-        old_per_token_logps = per_token_logps
+        # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
+        # this pass: the ratio is then exactly 1, and ratio_deviation/max 0
+        old_per_token_logps = inputs.get("old_per_token_logps", per_token_logps)
 
         loss, coef_1, per_token_kl = compute_grpo_loss(
             per_token_logps,

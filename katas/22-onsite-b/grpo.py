@@ -595,10 +595,10 @@ def token_logprobs_and_entropies(
     """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask)
-    if logits.dtype not in [torch.float32, torch.float64]:
-        logits = logits.float()
     # Only keep the last logits_to_keep
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
+    if logits.dtype not in [torch.float32, torch.float64]:
+        logits = logits.float()
     # Divide logits by sampling temperature
     logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]

@@ -296,9 +296,6 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
         std_from_batch: `(bool)`
             scale by the std of the whole batch instead of each group's (the group means stay)
 
-    Note:
-        If norm_adv_by_std_in_grpo is True, the advantage is scaled by the std, as in the original GRPO.
-        If False, the advantage is not scaled, as in Dr.GRPO (https://arxiv.org/abs/2503.20783).
 
     Returns:
         advantages: `(torch.Tensor)`

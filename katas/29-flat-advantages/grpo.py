@@ -261,7 +261,6 @@ def group_advantages(rewards, group_size, eps, scale="group"):
     # Calculate the advantages by subtracting the mean reward of each row
     mu = rewards.mean(dim=-1, keepdim=True)
     advantages = rewards - mu
-    # Then divide by the spread of the rewards: the batch's, or the row's own
     if scale == "batch":
         advantages.div_(rewards.std() + eps)
     elif scale:
@@ -394,7 +393,7 @@ def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
     pg_obj = (pg_obj * valid).sum()
     if cfg.loss_type == "bnpo": # the mean over the valid tokens of each pass, averaged over the passes
         return pg_obj / (valid.sum().clamp(min=1) * num_passes)
-    if cfg.loss_type == "dr_grpo": # Dr. GRPO: one divisor for every sample, whatever its length
+    if cfg.loss_type == "dr_grpo": # Dr. GRPO
         return pg_obj / (num_samples * valid.sum(dim=1).max())
     return pg_obj / num_tokens # dapo and cispo: the mean over the valid tokens of the whole batch
 

@@ -19,6 +19,16 @@ def completion_mask(completion_ids, eos_id):
     return mask
 
 
+def rollout_mask(completion_ids, eos_id, mask_truncated_completions):
+    """The completion_mask a rollout carries: completion_mask's, and with mask_truncated_completions all 0 on a row
+    that holds no EOS (one that reached max_new_tokens without ending)."""
+    mask = completion_mask(completion_ids, eos_id)
+    for n in range(completion_ids.shape[0]):
+        if mask_truncated_completions and eos_id not in completion_ids[n].tolist():
+            mask[n] = 0.0
+    return mask
+
+
 def std(values):
     """The unbiased (Bessel-corrected) standard deviation."""
     mean = sum(values) / len(values)
@@ -54,6 +64,37 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
     return out
 
 
+def token_entropies(model, input_ids, attention_mask, prompt_len, temperature):
+    """Per row and per completion token: run the model on that row's real prefix alone and take the entropy
+    -sum_v p_v log p_v of softmax(logits / temperature). (N, T) float64; NaN where the predicting column is padding."""
+    N, L = input_ids.shape
+    out = torch.full((N, L - prompt_len), float("nan"), dtype=torch.float64)
+    with torch.no_grad():
+        for n in range(N):
+            for c in range(prompt_len, L):
+                if not attention_mask[n, c - 1]:
+                    continue
+                prefix = input_ids[n, :c][attention_mask[n, :c].bool()][None]        # (1, L') real tokens only
+                logits = model(prefix, torch.ones_like(prefix))[0, -1].double()      # (V,)
+                out[n, c - prompt_len] = entropy(logits / temperature)
+    return out
+
+
+def entropy(logits):
+    """-sum over the vocabulary of p log p, p = softmax(logits), one entry at a time."""
+    logp = torch.log_softmax(logits, -1)
+    return -sum(float(torch.exp(x)) * float(x) for x in logp)
+
+
+def quantile(values, q):
+    """The q-quantile of a list of numbers, interpolated linearly between the two nearest ranks (as torch.quantile)."""
+    v = sorted(values)
+    pos = q * (len(v) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (pos - lo) * (v[hi] - v[lo])
+
+
 def kl_k3(logp, ref_logp):
     """exp(ref - logp) - (ref - logp) - 1, one element at a time."""
     out = torch.empty_like(logp)
@@ -63,40 +104,98 @@ def kl_k3(logp, ref_logp):
     return out
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, num_tokens=None, sampler_logp=None):
-    """Differentiable in logp. Per completion token (masked positions are never read):
-    -min(r*A, clip(r, 1 - clip_eps, 1 + clip_eps_high)*A) * w + beta * k3, with r = pi / pi_old and
-    w = min(pi_old / pi_sampler, is_cap) as a constant when is_cap and sampler_logp are given. Then by loss_type:
-    grpo, the mean over rows of each row's token mean; bnpo, the token sum over the token count; dr_grpo, the
-    token sum over rows * max_new_tokens; dapo, the token sum over num_tokens (default: the token count)."""
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, num_tokens=None, sampler_logp=None,
+              entropies=None):
+    """Differentiable in logp. Per completion token t of row n (masked positions are never read), with A = A_n:
+
+    r: pi / pi_old at the token; with importance_sampling_level "sequence", exp of the mean of log(pi / pi_old)
+       over the row's tokens, the same r for every token of the row (GSPO).
+    policy term, by loss_type:
+       grpo, bnpo, dr_grpo, dapo: -min(r' * A, clip(r, 1 - clip_eps, 1 + clip_eps_high) * A), where r' = r, or
+          min(r, delta) when delta is set (INTELLECT-2);
+       cispo: -min(r, cap) * A * log pi, min(r, cap) a constant, cap = clip_eps_high, or 5.0 when it is None;
+       sapo:  -sigmoid(tau * (r - 1)) * 4 / tau * A, tau = sapo_temperature_pos where A > 0, else sapo_temperature_neg.
+    The policy term is then multiplied by:
+       0 in a row with A < 0 whose mean of log(pi_b / pi) over its tokens is above off_policy_mask_threshold, pi_b
+          the sampler (sampler_logp) or pi_old without it, pi a constant here (DeepSeek-V3.2);
+       0 at a token whose entropy (`entropies`) is below the (1 - top_entropy_quantile) quantile of the entropies
+          of every completion token of the call, when top_entropy_quantile < 1 and entropies are given;
+       w, a constant, when sampler_logp is given and rollout_is_mode or is_cap is set: pi_old / pi_sampler at the
+          token (token_*) or its product over the row's tokens (sequence_*); *_truncate clamps w into
+          [rollout_is_clip_min, rollout_is_clip_max], *_mask makes it 0 outside them (a bound that is None is no
+          bound); is_cap C is token_truncate with the bounds (None, C).
+    Plus beta * k3, times r when use_bias_correction_kl. Then by loss_type: grpo and sapo, the mean over rows of
+    each row's token mean; bnpo, the token sum over the token count; dr_grpo, the token sum over rows *
+    max_new_tokens; dapo and cispo, the token sum over num_tokens (default: the token count)."""
     N, T = logp.shape
     eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
+    tokens = [[t for t in range(T) if completion_mask[n, t]] for n in range(N)]
+    threshold = None
+    if cfg.top_entropy_quantile < 1 and entropies is not None and any(tokens):
+        every = [float(entropies[n, t]) for n in range(N) for t in tokens[n]]
+        threshold = quantile(every, 1 - cfg.top_entropy_quantile)
     rows, count = [], 0
     for n in range(N):
+        a = float(advantages[n])
+        log_ratios = [logp[n, t] - old_logp[n, t].detach() for t in tokens[n]]
+        seq_ratio = torch.exp(sum(log_ratios) / len(log_ratios)) if log_ratios else None
+        drop_row = False
+        if cfg.off_policy_mask_threshold is not None and tokens[n]:
+            behaviour = old_logp if sampler_logp is None else sampler_logp
+            drift = sum(float(behaviour[n, t]) - float(logp[n, t].detach()) for t in tokens[n]) / len(tokens[n])
+            drop_row = a < 0 and drift > cfg.off_policy_mask_threshold
         terms = []
-        for t in range(T):
-            if not completion_mask[n, t]:
-                continue
-            ratio = torch.exp(logp[n, t] - old_logp[n, t].detach())
-            a = advantages[n]
-            surrogate = torch.minimum(ratio * a, torch.clamp(ratio, 1 - cfg.clip_eps, 1 + eps_high) * a)
-            if cfg.is_cap is not None and sampler_logp is not None:
-                surrogate = surrogate * min(math.exp(float(old_logp[n, t]) - float(sampler_logp[n, t])), cfg.is_cap)
+        for i, t in enumerate(tokens[n]):
+            r = seq_ratio if cfg.importance_sampling_level == "sequence" else torch.exp(log_ratios[i])
+            if cfg.loss_type == "cispo":
+                cap = 5.0 if cfg.clip_eps_high is None else cfg.clip_eps_high
+                policy = -min(float(r.detach()), cap) * a * logp[n, t]
+            elif cfg.loss_type == "sapo":
+                tau = cfg.sapo_temperature_pos if a > 0 else cfg.sapo_temperature_neg
+                policy = -torch.sigmoid(tau * (r - 1)) * 4 / tau * a
+            else:
+                unclipped = r if cfg.delta is None else torch.clamp(r, max=cfg.delta)
+                policy = -torch.minimum(unclipped * a, torch.clamp(r, 1 - cfg.clip_eps, 1 + eps_high) * a)
+            if drop_row:
+                policy = policy * 0.0
+            if threshold is not None and not float(entropies[n, t]) >= threshold:
+                policy = policy * 0.0
+            w = sampler_weight(old_logp, sampler_logp, tokens, n, t, cfg)
+            if w is not None:
+                policy = policy * w
             d = ref_logp[n, t].detach() - logp[n, t]
-            terms.append(-surrogate + cfg.beta * (torch.exp(d) - d - 1))
+            kl = torch.exp(d) - d - 1
+            if cfg.use_bias_correction_kl:
+                kl = kl * r
+            terms.append(policy + cfg.beta * kl)
         rows.append(terms)
         count += len(terms)
     zero = logp[completion_mask.bool()].sum() * 0  # keeps the graph when a row has no tokens
     total = sum((sum(terms) for terms in rows if terms), zero)
-    if cfg.loss_type == "grpo":
+    if cfg.loss_type in ("grpo", "sapo"):
         return sum((sum(terms) / len(terms) for terms in rows if terms), zero) / N
     if cfg.loss_type == "bnpo":
         return total / max(count, 1)
     if cfg.loss_type == "dr_grpo":
         return total / (N * cfg.max_new_tokens)
-    if cfg.loss_type == "dapo":
+    if cfg.loss_type in ("dapo", "cispo"):
         return total / (max(count, 1) if num_tokens is None else float(num_tokens))
     raise ValueError(f"unknown loss_type {cfg.loss_type!r}")
+
+
+def sampler_weight(old_logp, sampler_logp, tokens, n, t, cfg):
+    """The sampler correction of token t of row n as a float, or None when there is none (see grpo_loss)."""
+    if sampler_logp is None or (cfg.is_cap is None and cfg.rollout_is_mode is None):
+        return None
+    mode, lo, hi = cfg.rollout_is_mode, cfg.rollout_is_clip_min, cfg.rollout_is_clip_max
+    if cfg.is_cap is not None:
+        mode, lo, hi = "token_truncate", None, cfg.is_cap
+    over = tokens[n] if mode.startswith("sequence") else [t]
+    w = math.exp(sum(float(old_logp[n, s]) - float(sampler_logp[n, s]) for s in over))
+    outside = (lo is not None and w < lo) or (hi is not None and w > hi)
+    if mode.endswith("mask"):
+        return 0.0 if outside else w
+    return max(w, lo) if lo is not None and w < lo else min(w, hi) if hi is not None and w > hi else w
 
 
 def micro_batches(N, k):
@@ -106,30 +205,43 @@ def micro_batches(N, k):
 
 def grpo_step(policy, ref_policy, lr, rollout, rewards, cfg, world=1, adamw=None):
     """The update, spelled out, with plain SGD at learning rate lr (or AdamW, given its state dict `adamw`):
-    advantages (scale_rewards, per group); pi_old and pi_ref under no_grad; mu times: the loss, clear the
-    gradients, backward, clip_grad_norm_, p -= lr * grad. With grad_accum_steps, grpo, dr_grpo and dapo give the
-    full-batch step by definition; bnpo is the sum of each micro-batch's own token mean divided by
-    grad_accum_steps (TRL). On `world` data-parallel ranks, each holding a contiguous share of the groups, the
-    gradients are averaged over ranks: grpo, dr_grpo and dapo again give the full-batch step; bnpo averages each
-    rank's own token mean. Uses the oracle's own loss and advantages."""
+    advantages (scale_rewards, per group); pi_old and pi_ref under no_grad, and the rollout's sampler_logp handed
+    to the loss; mu times: the loss, clear the gradients, backward, clip_grad_norm_, p -= lr * grad.
+    With grad_accum_steps, every loss_type but bnpo gives the full-batch step by definition; bnpo is the sum of
+    each micro-batch's own token mean divided by grad_accum_steps (TRL). With top_entropy_quantile < 1, each
+    micro-batch's loss takes its entropy threshold over its own tokens, from the entropies of the policy being
+    stepped (TRL computes both in each _compute_loss call), and the micro-batches' losses add up as the step
+    weighs them: divided by grad_accum_steps for bnpo, over the whole batch's token count for dapo and cispo,
+    each by its share of the rows for the rest. On `world` data-parallel ranks, each holding a contiguous share
+    of the groups, the gradients are averaged over ranks: every loss_type but bnpo again gives the full-batch
+    step; bnpo averages each rank's own token mean. Uses the oracle's own loss and advantages."""
     adv = group_advantages(rewards, cfg.group_size, cfg.adv_eps, cfg.scale_rewards)
     args = (rollout.input_ids, rollout.attention_mask, rollout.prompt_len, cfg.temperature)
     mask = rollout.completion_mask
-    sampler = getattr(rollout, "sampler_logp", None) if cfg.is_cap is not None else None
+    sampler = getattr(rollout, "sampler_logp", None)
     with torch.no_grad():
         old = _batched_logprobs(policy, *args)
         ref = _batched_logprobs(ref_policy, *args)
+    per_micro_batch = cfg.loss_type == "bnpo" or cfg.top_entropy_quantile < 1
 
-    def bnpo(rows):  # one rank's bnpo loss, over its micro-batches
-        k = cfg.grad_accum_steps
-        return sum(grpo_loss(logp[r], old[r], ref[r], adv[r], mask[r], cfg,
-                             sampler_logp=None if sampler is None else sampler[r])
-                   for r in [rows[m] for m in micro_batches(len(rows), k)]) / k
+    def rank_loss(rows):  # one rank's loss, over its micro-batches, each with its own count or threshold
+        k, loss = cfg.grad_accum_steps, 0.0
+        for r in [rows[m] for m in micro_batches(len(rows), k)]:
+            part = grpo_loss(logp[r], old[r], ref[r], adv[r], mask[r], cfg, num_tokens=float(mask.sum()) / world,
+                             sampler_logp=None if sampler is None else sampler[r],
+                             entropies=None if entropies is None else entropies[r])
+            if cfg.loss_type == "bnpo":
+                part = part / k
+            elif cfg.loss_type not in ("dapo", "cispo"):
+                part = part * len(r) / len(rows)
+            loss = loss + part
+        return loss
 
     for _ in range(cfg.num_iterations):
         logp = _batched_logprobs(policy, *args)
-        if cfg.loss_type == "bnpo":
-            loss = sum(bnpo(rows) for rows in micro_batches(len(adv), world)) / world
+        entropies = _batched_entropies(policy, *args) if cfg.top_entropy_quantile < 1 else None
+        if per_micro_batch:
+            loss = sum(rank_loss(rows) for rows in micro_batches(len(adv), world)) / world
         else:
             loss = grpo_loss(logp, old, ref, adv, mask, cfg, sampler_logp=sampler)
         for p in policy.parameters():
@@ -172,6 +284,20 @@ def _batched_logprobs(model, input_ids, attention_mask, prompt_len, temperature)
         logits = model(ids, attention_mask[n][keep][None])[0].double()             # (L', V)
         logp = torch.log_softmax(logits[P - 1:-1] / temperature, -1)               # (T, V)
         rows.append(logp.gather(-1, ids[0, P:, None]).squeeze(-1))                 # (T,)
+    return torch.stack(rows)
+
+
+def _batched_entropies(model, input_ids, attention_mask, prompt_len, temperature):
+    """Entropies of every completion column (N, T), one row at a time on its unpadded sequence (float64, no grad)."""
+    rows = []
+    with torch.no_grad():
+        for n in range(input_ids.shape[0]):
+            keep = attention_mask[n].bool()
+            keep[prompt_len:] = True
+            ids = input_ids[n][keep][None]
+            P = int(keep[:prompt_len].sum())
+            logits = model(ids, attention_mask[n][keep][None])[0].double()         # (L', V)
+            rows.append(torch.tensor([entropy(x / temperature) for x in logits[P - 1:-1]], dtype=torch.float64))
     return torch.stack(rows)
 
 

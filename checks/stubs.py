@@ -1,6 +1,7 @@
 """Seeded draws, small models and stand-ins whose behaviour is known exactly, for the checks."""
 import ctypes
 import hashlib
+import math
 
 import torch
 
@@ -92,6 +93,12 @@ def draw_loss_inputs(gen, N, T, spread=0.4):
     lengths[0] = T
     mask = (torch.arange(T)[None] < lengths[:, None]).double()
     return logp, old, ref, adv, mask
+
+
+def poisoned(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """x with +inf, -inf and NaN in turn wherever mask is 0: what a padded position may hold."""
+    junk = torch.tensor([math.inf, -math.inf, math.nan], dtype=x.dtype).repeat(x.numel() // 3 + 1)[:x.numel()]
+    return torch.where(mask.bool(), x, junk.view_as(x))
 
 
 def loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, **kwargs):

@@ -68,3 +68,23 @@ def test_a_float64_model_gets_float64_logprobs(grpo, seed, draw):
     assert close(got, expected, atol=1e-10), (
         f"log-probs: with a float64 model the log-probs are up to {err:.2e} away from the same model's "
         f"log_softmax(logits / temperature), scored one prefix at a time in float64; expected agreement to 1e-10")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_entropies_are_those_of_the_sampling_distribution(grpo, seed, draw):
+    gen = rng(seed, draw, 35)
+    temperature = [1.0, 0.7, 2.0][draw]
+    model = tiny_lm(gen, V)
+    N, T = randint(gen, 2, 5), randint(gen, 2, 5)
+    ids, att, comp_mask, P = random_batch(gen, N, V, T, min_prompt=1, max_prompt=5)
+    expected = memo(oracle.token_entropies, model, ids, att, P, temperature)
+    got = grpo.token_entropies(model, ids, att, P, temperature)
+    assert tuple(got.shape) == (N, T), f"log-probs: token_entropies has shape {tuple(got.shape)}; expected {(N, T)}"
+    assert got.dtype == torch.float32, f"log-probs: token_entropies returned dtype {got.dtype}; expected float32"
+    keep = comp_mask.bool()
+    got, expected = got.detach().double()[keep], expected[keep]
+    err = (got - expected).abs().max().item()
+    assert close(got, expected, atol=1e-4), (
+        f"log-probs: at temperature {temperature}, with left-padded prompts, the entropies are up to {err:.3f} away "
+        f"from those of softmax(logits / temperature) over each completion token's prefix, scored one prefix at a "
+        f"time; mean {got.mean():.3f} vs expected {expected.mean():.3f}")

@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from checks.compare import at_least, close, worst
-from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, oracle_loss_and_grad, randint, rng, rounded
+from checks.stubs import (DRAWS, draw_loss_inputs, loss_and_grad, oracle_loss_and_grad, poisoned, randint, rng,
+                          rounded)
 
 pytestmark = pytest.mark.component("loss")
 
@@ -217,3 +218,159 @@ def test_nonfinite_values_under_the_mask_never_reach_the_loss(grpo, seed, draw):
         f"with ordinary values there the loss is {clean:.5f}")
     assert close(loss, clean, atol=1e-6, rtol=1e-5) and close(grad, clean_grad, atol=1e-7), (
         f"loss: inf, -inf and NaN at the padded positions change the loss from {clean:.5f} to {loss:.5f}")
+
+
+# ------------------------------------------------------------------ the options of 2026 (TRL 1.16's GRPOConfig)
+
+def held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg, setting, **kwargs):
+    """The target's loss and gradient on these inputs with inf, -inf and NaN planted where the completion mask is 0
+    (in every (N, T) tensor), against the oracle's on the same inputs; `setting` opens each message."""
+    logp, old, ref = (poisoned(x, mask) for x in (logp, old, ref))
+    kwargs = {k: poisoned(v, mask) if isinstance(v, torch.Tensor) and v.shape == mask.shape else v
+              for k, v in kwargs.items()}
+    expected, expected_grad = oracle_loss_and_grad(logp, old, ref, adv, mask, cfg, **kwargs)
+    loss, grad = loss_and_grad(grpo, logp, old, ref, adv, mask, cfg, **kwargs)
+    bad = int((~torch.isfinite(grad)).sum())
+    assert torch.isfinite(loss) and not bad, (
+        f"loss: {setting}, with inf, -inf and NaN at the {int((mask == 0).sum())} positions where the completion "
+        f"mask is 0, the loss is {loss:.4g} and {bad} gradient entries are not finite; expected {expected:.5f} and a "
+        f"finite gradient")
+    assert close(loss, expected, atol=1e-6, rtol=1e-4), (
+        f"loss: {setting}, the loss is {loss:.5f}; expected {expected:.5f}")
+    if not close(grad, expected_grad, atol=1e-7, rtol=1e-4):
+        n, t = divmod(worst(grad, expected_grad), mask.shape[1])
+        pytest.fail(f"loss: {setting}, d loss / d logp at row {n}, token {t} is {grad[n, t]:+.5f}; expected "
+                    f"{expected_grad[n, t]:+.5f} (ratio {float(torch.exp(logp[n, t] - old[n, t])):.3f}, advantage "
+                    f"{adv[n]:+.3f}, mask {int(mask[n, t])})")
+    return loss, grad
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_a_sequence_level_ratio_is_one_per_row(grpo, seed, draw):
+    gen = rng(seed, draw, 61)
+    N = randint(gen, 3, 5)
+    T = N + randint(gen, 1, 2)
+    loss_type = ["grpo", "dapo", "sapo"][draw]
+    cfg = grpo.GRPOConfig(importance_sampling_level="sequence", loss_type=loss_type, clip_eps=0.1, beta=0.04)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T, spread=0.6)
+    row_ratios = torch.exp(((logp - old) * mask).sum(1) / mask.sum(1))
+    held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                       f"with importance_sampling_level 'sequence' and loss_type {loss_type!r} (rows of "
+                       f"{mask.sum(1).int().tolist()} tokens, mean log-ratios giving {rounded(row_ratios, 3)})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_cispo_weighs_log_probs_by_a_capped_ratio(grpo, seed, draw):
+    gen = rng(seed, draw, 62)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    cap = [None, 1.5, 3.0][draw]
+    cfg = grpo.GRPOConfig(loss_type="cispo", clip_eps_high=cap, beta=0.04)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T, spread=1.2)  # ratios on both sides of each cap
+    kwargs = {"num_tokens": float(mask.sum() + 3)} if draw == 1 else {}
+    held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                       f"with loss_type 'cispo', clip_eps_high {cap}" + (f" and num_tokens {kwargs['num_tokens']:.0f}"
+                                                                        if kwargs else "")
+                       + f" (ratios from {float(torch.exp(logp - old)[mask.bool()].min()):.2f} to "
+                       f"{float(torch.exp(logp - old)[mask.bool()].max()):.2f})", **kwargs)
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_sapo_gates_the_ratio_by_the_sign_of_the_advantage(grpo, seed, draw):
+    gen = rng(seed, draw, 63)
+    N = randint(gen, 3, 5)
+    T = N + randint(gen, 1, 2)
+    pos, neg = [(1.0, 1.05), (0.5, 2.0), (3.0, 0.7)][draw]
+    cfg = grpo.GRPOConfig(loss_type="sapo", sapo_temperature_pos=pos, sapo_temperature_neg=neg, beta=0.04)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T, spread=0.8)
+    adv[:2] = torch.tensor([1.0, -1.0], dtype=adv.dtype) * adv[:2].abs()  # both signs
+    held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                       f"with loss_type 'sapo', sapo_temperature_pos {pos} and sapo_temperature_neg {neg}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_delta_bounds_the_ratio_where_the_clip_does_not(grpo, seed, draw):
+    gen = rng(seed, draw, 64)
+    delta = [1.5, 2.0, 4.0][draw]
+    cfg = grpo.GRPOConfig(delta=delta, clip_eps=0.2, beta=0.0)
+    ratios = [delta + 0.5, delta + 0.5, (1.2 + delta) / 2, 0.5]
+    advs = [-1.0, 1.0, -1.0, -1.0]
+    old = -torch.rand(4, 2, generator=gen, dtype=torch.float64) - 0.5
+    logp = old + torch.tensor(ratios, dtype=torch.float64)[:, None].log()
+    adv = torch.tensor(advs, dtype=torch.float64)
+    mask = torch.tensor([[1.0, 0.0]] * 4, dtype=torch.float64)  # one token a row, then padding
+    _, grad = held_to_the_oracle(grpo, logp, old, old, adv, mask, cfg, f"with delta {delta}")
+    _, expected = oracle_loss_and_grad(*(poisoned(x, mask) for x in (logp, old, old)), adv, mask, cfg)
+    for i in range(4):
+        if not close(grad[i, 0], expected[i, 0], atol=1e-6):
+            pytest.fail(f"loss: with delta {delta} and clip_eps 0.2, a token at ratio {ratios[i]:.3f} with advantage "
+                        f"{advs[i]:+.0f} gets gradient {grad[i, 0]:+.4f}; expected {expected[i, 0]:+.4f}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_only_high_entropy_tokens_carry_the_policy_term(grpo, seed, draw):
+    gen = rng(seed, draw, 65)
+    N = randint(gen, 3, 5)
+    T = N + randint(gen, 1, 2)
+    quantile = [0.2, 0.5, 0.8][draw]
+    cfg = grpo.GRPOConfig(top_entropy_quantile=quantile, beta=0.04)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
+    entropies = torch.randint(0, 6, (N, T), generator=gen).double() / 2  # few values: ties at the threshold
+    held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                       f"with top_entropy_quantile {quantile} (entropies {rounded(entropies[mask.bool()], 1)} on the "
+                       f"completion tokens)", entropies=entropies)
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_rollout_correction_truncates_or_masks_the_sampler_weight(grpo, seed, draw):
+    gen = rng(seed, draw, 66)
+    N = randint(gen, 3, 5)
+    T = N + randint(gen, 1, 2)
+    low, high = [(None, 2.0), (0.5, 1.5), (0.8, None)][draw]
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
+    sampler = old + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.6  # weights on both sides of the bounds
+    for mode in ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+        cfg = grpo.GRPOConfig(rollout_is_mode=mode, rollout_is_clip_min=low, rollout_is_clip_max=high, beta=0.04)
+        per_row = torch.exp(((old - sampler) * mask).sum(1))
+        held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                           f"with rollout_is_mode {mode!r}, rollout_is_clip_min {low} and rollout_is_clip_max {high} "
+                           f"(pi_old / pi_sampler from {float(torch.exp(old - sampler)[mask.bool()].min()):.2f} to "
+                           f"{float(torch.exp(old - sampler)[mask.bool()].max()):.2f} a token, "
+                           f"{rounded(per_row, 2)} over each row's tokens)", sampler_logp=sampler)
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_bias_corrected_kl_weighs_the_kl_by_the_ratio(grpo, seed, draw):
+    gen = rng(seed, draw, 67)
+    N = randint(gen, 2, 5)
+    T = N + randint(gen, 1, 2)
+    level = ["token", "token", "sequence"][draw]
+    cfg = grpo.GRPOConfig(use_bias_correction_kl=True, beta=[0.1, 0.3, 0.2][draw], importance_sampling_level=level)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T, spread=0.6)
+    held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                       f"with use_bias_correction_kl, beta {cfg.beta} and importance_sampling_level {level!r}")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_off_policy_rows_with_negative_advantage_are_dropped(grpo, seed, draw):
+    gen = rng(seed, draw, 68)
+    N = randint(gen, 4, 6)
+    T = N + randint(gen, 1, 2)
+    threshold = [0.05, 0.2, 0.1][draw]
+    cfg = grpo.GRPOConfig(off_policy_mask_threshold=threshold, beta=0.04)
+    logp, old, ref, adv, mask = draw_loss_inputs(gen, N, T)
+    adv = adv.abs() * torch.tensor([1.0, -1.0]).repeat(N)[:N].double()                 # signs alternate
+    side = torch.tensor([1.0, -1.0, -1.0, 1.0]).repeat(N)[:N].double()
+
+    def drifted(by):  # log-probs whose mean log(them / pi) over each row's tokens is `by` exactly
+        x = logp + by[:, None] + torch.randn(N, T, generator=gen, dtype=torch.float64) * 0.02
+        return x - ((x - logp - by[:, None]) * mask).sum(1, keepdim=True) / mask.sum(1, keepdim=True)
+    drift = threshold + 0.1 * side                                                     # rows on both sides
+    if draw == 2:  # no sampler: pi_old sampled the tokens
+        old, kwargs = drifted(drift), {}
+    else:  # pi_old on the other side of the threshold from the sampler, row by row
+        old, kwargs = drifted(threshold - 0.1 * side), {"sampler_logp": drifted(drift)}
+    held_to_the_oracle(grpo, logp, old, ref, adv, mask, cfg,
+                       f"with off_policy_mask_threshold {threshold}{'' if kwargs else ' and no sampler_logp'} (rows' "
+                       f"advantages {rounded(adv, 2)}, mean log(pi_{'sampler' if kwargs else 'old'} / pi) over each "
+                       f"row's tokens {rounded(drift, 2)})", **kwargs)

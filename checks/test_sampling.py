@@ -154,3 +154,28 @@ def test_sampler_logp_is_the_sampling_distribution(grpo, seed, draw):
         f"sampling: at temperature {temperature} the recorded sampler_logp is up to {err:.3f} away from the "
         f"log-prob of the sampled tokens under the sampling distribution (row 0: {rounded(sampler_logp[0], 3)}, "
         f"expected {rounded(expected[0], 3)})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_truncated_rows_leave_the_loss_when_asked(grpo, seed, draw):
+    gen = rng(seed, draw, 8)
+    B, G, T = randint(gen, 2, 3), randint(gen, 4, 6), randint(gen, 2, 4)
+    prompt_ids, prompt_mask = left_padded_prompts(gen, B, V)
+    P = prompt_ids.shape[1]
+    models = {"a model that ends rows at random": constant_lm(eos_prone_logits(gen)),
+              f"a model that ends every row with EOS at completion token {T}": eos_after_lm(V, EOS, P, T - 1),
+              f"a model that never ends a row within {T} tokens": eos_after_lm(V, EOS, P, T + 2)}
+    for what, policy in models.items():
+        r = sample(grpo, policy, prompt_ids, prompt_mask, gen, group_size=G, max_new_tokens=T,
+                   mask_truncated_completions=True)
+        comp = r.input_ids[:, r.prompt_len:].cpu()
+        expected = oracle.rollout_mask(comp, EOS, True)
+        got = r.completion_mask.cpu().float()
+        assert tuple(got.shape) == tuple(comp.shape), (
+            f"sampling: the rollout's completion_mask has shape {tuple(got.shape)}; the completions have "
+            f"{tuple(comp.shape)}")
+        if not close(got, expected):
+            n = int((got != expected).any(1).nonzero()[0])
+            pytest.fail(f"sampling: with mask_truncated_completions and max_new_tokens {T}, {what}: the "
+                        f"completion_mask of row {n} is {got[n].int().tolist()} for tokens {comp[n].tolist()} "
+                        f"(EOS = {EOS}); expected {expected[n].int().tolist()}")

@@ -13,17 +13,20 @@ pytestmark = pytest.mark.component("update")
 V = 12
 
 
-def setup(grpo, gen, sampler_drift=0.0, dtype=torch.float64, **cfg):
+def setup(grpo, gen, sampler_drift=0.0, dtype=torch.float64, uneven=False, ref_drift=0.05, **cfg):
     """A policy that has drifted from its reference, a rollout of whole groups and well-spread rewards. The
     models are float64 so that steps compare to the oracle's far below any bug's effect; the check of the first
-    ratio uses float32, the precision a training loop runs in."""
+    ratio uses float32, the precision a training loop runs in. `uneven`: the first row ends at its first token,
+    so that rows of one length cannot hide how a loss type weighs them."""
     policy = tiny_lm(gen, V, dtype)
     ref = copy.deepcopy(policy)
     with torch.no_grad():
         for p in ref.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.05)  # the policy has drifted from the reference
+            p.add_(torch.randn(p.shape, generator=gen) * ref_drift)  # the policy has drifted from the reference
     N_prompts, G = randint(gen, 2, 3), randint(gen, 2, 4)
     ids, att, comp_mask, P = random_batch(gen, N_prompts * G, V, randint(gen, 2, 3))  # T < N
+    if uneven:  # row 1 runs to T >= 2 tokens
+        ids[0, P], ids[0, P + 1:], att[0, P + 1:], comp_mask[0, 1:] = 1, 0, 0, 0
     # a sampler that was not quite the policy, as an inference engine in lower precision or a step behind:
     # tokens alternately less and more likely under it, so some weights pi_old / pi_sampler pass any cap of 2
     sampler = memo(oracle.token_logprobs, policy, ids, att, P, cfg.get("temperature", 1.0)).nan_to_num()
@@ -265,3 +268,60 @@ def oracle_ranks_step(policy, ref, lr, rollout, rewards, cfg) -> dict:
     oracle.grpo_step(twin, ref, lr, rollout, rewards, cfg, world=2)
     start = params(policy)
     return {name: p - start[name] for name, p in params(twin).items()}
+
+
+# ------------------------------------------------------------------ the options of 2026 (TRL 1.16's GRPOConfig)
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_one_step_follows_the_sequence_and_sampler_options(grpo, seed, draw):
+    gen = rng(seed, draw, 71)
+    settings = [dict(importance_sampling_level="sequence", loss_type="cispo", off_policy_mask_threshold=0.1,
+                     num_iterations=2),
+                dict(loss_type="sapo", rollout_is_mode="sequence_mask", rollout_is_clip_min=0.5,
+                     rollout_is_clip_max=2.0, use_bias_correction_kl=True, beta=0.1),
+                dict(loss_type="dapo", delta=1.5, rollout_is_mode="token_mask", rollout_is_clip_max=1.5,
+                     num_iterations=3, clip_eps=0.01, beta=1.0)][draw]  # the KL to a far reference moves ratios
+    # both ways, whatever the advantage's sign, so that the min of PPO's two terms is seen at every seed
+    policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=1.0, uneven=True, ref_drift=0.5,
+                                               max_grad_norm=1e6, **settings)
+    got, expected, _, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
+    err = relative_error(got, expected)
+    assert close(err, 0.0, atol=2e-3), (
+        f"update: with {', '.join(f'{k}={v!r}' for k, v in settings.items())} and sampler log-probs that differ from "
+        f"pi_old, one grpo_step differs from the oracle's step by {err:.1%} of its size ({describe(got, expected)})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_one_step_trains_on_the_high_entropy_tokens(grpo, seed, draw):
+    gen = rng(seed, draw, 72)
+    quantile, k, mu, temperature = [(0.2, 1, 2, 1.0), (0.5, 2, 1, 0.7), (0.3, None, 2, 1.3)][draw]
+    policy, ref, rollout, rewards, cfg = setup(grpo, gen, top_entropy_quantile=quantile, grad_accum_steps=k or 1,
+                                               num_iterations=mu, temperature=temperature, max_grad_norm=1e6)
+    if k is None:  # micro-batches of unequal rows
+        k = 3 if len(rewards) % 3 else 5
+        cfg = grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+    got, expected, _, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
+    err = relative_error(got, expected)
+    assert close(err, 0.0, atol=2e-3), (
+        f"update: with top_entropy_quantile {quantile}, grad_accum_steps {k}, num_iterations {mu} and temperature "
+        f"{temperature}, one grpo_step differs from the oracle's step by {err:.1%} of its size "
+        f"({describe(got, expected)})")
+
+
+@pytest.mark.parametrize("draw", DRAWS)
+def test_gradient_accumulation_matches_the_full_batch_for_cispo_sapo_and_gspo(grpo, seed, draw):
+    gen = rng(seed, draw, 73)
+    settings = [dict(loss_type="cispo", clip_eps_high=1.2), dict(loss_type="sapo"),
+                dict(loss_type="grpo", importance_sampling_level="sequence", off_policy_mask_threshold=0.05,
+                     num_iterations=1)][draw]  # GSPO's ratio is 1 in value here, its gradient the row's mean
+    policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=0.5, uneven=True, max_grad_norm=1e6,
+                                               **{"num_iterations": 2, **settings})
+    k = 3 if len(rewards) % 3 else 5  # micro-batches of unequal rows (and so of unequal token counts)
+    cfg = grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+    tokens = [int(rollout.completion_mask[rows].sum()) for rows in oracle.micro_batches(len(rewards), k)]
+    got, expected, opt, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
+    err = relative_error(got, expected)
+    assert close(err, 0.0, atol=2e-3), (
+        f"update: with {', '.join(f'{k}={v!r}' for k, v in settings.items())} and grad_accum_steps {k} "
+        f"(micro-batches of {tokens} completion tokens), one grpo_step differs from the same step on the whole batch "
+        f"by {err:.1%} of its size ({describe(got, expected)})")

@@ -92,13 +92,32 @@ GRPO_RULES = {
     "beta": (lambda v, r: _number(v) and v >= 0, "must be a finite number, 0 or more (0 drops the KL term)"),
     "clip_eps": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
     "clip_eps_high": (lambda v, r: v is None or (_number(v) and v > 0),
-                      "must be none (the same as clip_eps) or a finite number above 0"),
+                      "must be none (the same as clip_eps; cispo's cap 5.0) or a finite number above 0"),
     "is_cap": (lambda v, r: v is None or (_number(v) and v >= 1),
                "must be none (no correction) or a finite number of at least 1 (a cap below 1 would shrink even a "
                "token the policy sampled itself, whose weight is 1)"),
     "adv_eps": (lambda v, r: _number(v) and v >= 0, "must be a finite number, 0 or more"),
     "lr": (lambda v, r: _number(v) and v >= 0, "must be a finite number, 0 or more"),
     "max_grad_norm": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
+    # TRL 1.16's options (issue 33); how they combine (is_cap with rollout_is_mode, the bounds' order) is left to
+    # the loop's GRPOConfig, which refuses in one line too
+    "importance_sampling_level": (lambda v, r: v in ("token", "sequence"), "must be token or sequence"),
+    "sapo_temperature_pos": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
+    "sapo_temperature_neg": (lambda v, r: _number(v) and v > 0, "must be a finite number above 0"),
+    "delta": (lambda v, r: v is None or (_number(v) and v > 1),
+              "must be none (off) or a finite number above 1 (it bounds the ratio, which is 1 on-policy)"),
+    "top_entropy_quantile": (lambda v, r: _number(v) and 0 <= v <= 1,
+                             "must be from 0 to 1 (the share of tokens by entropy the policy term keeps; 1: all)"),
+    "mask_truncated_completions": (lambda v, r: isinstance(v, bool), "must be yes or no"),
+    "rollout_is_mode": (lambda v, r: v in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"),
+                        "must be none (off), token_truncate, token_mask, sequence_truncate or sequence_mask"),
+    "rollout_is_clip_min": (lambda v, r: v is None or (_number(v) and v >= 0),
+                            "must be none (no lower bound) or a finite number, 0 or more"),
+    "rollout_is_clip_max": (lambda v, r: v is None or (_number(v) and v > 0),
+                            "must be none (no upper bound) or a finite number above 0"),
+    "use_bias_correction_kl": (lambda v, r: isinstance(v, bool), "must be yes or no"),
+    "off_policy_mask_threshold": (lambda v, r: v is None or (_number(v) and v > 0),
+                                  "must be none (off) or a finite number above 0"),
 }
 
 

@@ -158,8 +158,8 @@ PROVENANCE = re.compile(r"^#\s*style:.*$|solutions/\S*|\b(karpathy|volcengine|hu
 
 # each contract function, and the component whose checks judge it
 CONTRACT = {"generate": "sampling", "completion_mask": "sampling", "group_advantages": "advantages",
-            "token_logprobs": "log-probs", "kl_penalty": "kl", "grpo_loss": "loss", "grpo_step": "update",
-            "train": "training"}
+            "token_logprobs": "log-probs", "token_entropies": "log-probs", "kl_penalty": "kl", "grpo_loss": "loss",
+            "grpo_step": "update", "train": "training"}
 # appended to a codebase, with FN replaced: FN returns NaN wherever it returned a float (its gradient too)
 NAN_VARIANT = """
 

@@ -14,15 +14,19 @@ DEFAULTS = {
     "num_iterations": 1, "lr": 3e-3, "max_grad_norm": 1.0,
     # TRL's names and meanings; the defaults are the textbook loop above
     "loss_type": "grpo", "scale_rewards": "group", "clip_eps_high": None, "grad_accum_steps": 1, "is_cap": None,
+    "importance_sampling_level": "token", "sapo_temperature_pos": 1.0, "sapo_temperature_neg": 1.05, "delta": None,
+    "top_entropy_quantile": 1.0, "mask_truncated_completions": False, "rollout_is_mode": None,
+    "rollout_is_clip_min": None, "rollout_is_clip_max": 3.0, "use_bias_correction_kl": False,
+    "off_policy_mask_threshold": None,
 }
 
-FUNCTIONS = ("generate", "completion_mask", "group_advantages", "token_logprobs", "kl_penalty", "grpo_loss",
-             "grpo_step", "train")
+FUNCTIONS = ("generate", "completion_mask", "group_advantages", "token_logprobs", "token_entropies", "kl_penalty",
+             "grpo_loss", "grpo_step", "train")
 
 # what each function must return: a tensor, a rollout (an object with the Rollout fields), a dict, a list
 RETURNS = {"generate": "rollout", "completion_mask": "tensor", "group_advantages": "tensor",
-           "token_logprobs": "tensor", "kl_penalty": "tensor", "grpo_loss": "tensor", "grpo_step": "dict",
-           "train": "list"}
+           "token_logprobs": "tensor", "token_entropies": "tensor", "kl_penalty": "tensor", "grpo_loss": "tensor",
+           "grpo_step": "dict", "train": "list"}
 
 
 class Config:

@@ -9,9 +9,22 @@ https://arxiv.org/abs/2402.03300
 https://arxiv.org/abs/2503.14476
 3) Dr. GRPO, which drops the length and the std normalization (loss_type 'dr_grpo', scale_rewards 'none'):
 https://arxiv.org/abs/2503.20783
+4) GSPO, one importance ratio per sequence (importance_sampling_level 'sequence'):
+https://arxiv.org/abs/2507.18071
+5) MiniMax-M1's CISPO (loss_type 'cispo'), and ScaleRL, which sets its cap:
+https://arxiv.org/abs/2506.13585 https://arxiv.org/abs/2510.13786
+6) SAPO, a soft gate in place of the clip (loss_type 'sapo'):
+https://arxiv.org/abs/2511.20347
+7) INTELLECT-2, which caps the ratio on the unclipped side too (delta):
+https://arxiv.org/abs/2505.07291
+8) Beyond the 80/20 Rule, the policy gradient on the high-entropy tokens only (top_entropy_quantile):
+https://arxiv.org/abs/2506.01939
+9) DeepSeek-V3.2, the KL weighed by the ratio and the off-policy sequence mask:
+https://arxiv.org/abs/2512.02556
 """
 
 import copy
+import math
 import time
 from dataclasses import dataclass
 
@@ -36,23 +49,57 @@ class GRPOConfig:
     num_iterations: int = 1      # mu in the paper; 1 is on-policy
     lr: float = 3e-3             # AdamW learning rate; high because the lab model is tiny (paper 1e-6)
     max_grad_norm: float = 1.0   # clip gradients at this value
-    loss_type: str = "grpo"      # 'grpo' (the paper) or 'bnpo', 'dr_grpo', 'dapo'
+    loss_type: str = "grpo"      # 'grpo' (the paper) or 'bnpo', 'dr_grpo', 'dapo', 'cispo', 'sapo'
     scale_rewards: str = "group"  # 'group' (the paper) or 'batch', 'none'
-    clip_eps_high: float | None = None  # None: clip_eps; DAPO's clip-higher uses 0.28
+    clip_eps_high: float | None = None  # None: clip_eps; DAPO's clip-higher uses 0.28; cispo's cap (None: 5.0)
     grad_accum_steps: int = 1    # used to simulate larger batch sizes
     is_cap: float | None = None  # truncated importance sampling against the sampler; None: off
+    importance_sampling_level: str = "token"  # one ratio per token (the paper); 'sequence': one per row (GSPO)
+    sapo_temperature_pos: float = 1.0   # loss_type 'sapo': the gate's temperature where A > 0 (SAPO's values)
+    sapo_temperature_neg: float = 1.05  # and where A <= 0, a little steeper
+    delta: float | None = None   # None: off; INTELLECT-2 bounds the unclipped ratio at 4
+    top_entropy_quantile: float = 1.0  # 1.0 trains on every token; the 80/20 paper's 0.2 on the top fifth by entropy
+    mask_truncated_completions: bool = False  # False trains on every row; True: DAPO's overlong filtering
+    rollout_is_mode: str | None = None  # None: off; token_truncate, token_mask, sequence_truncate, sequence_mask
+    rollout_is_clip_min: float | None = None  # bounds of that correction (TRL's defaults); None: unbounded
+    rollout_is_clip_max: float | None = 3.0
+    use_bias_correction_kl: bool = False  # False: the paper's KL term; True: DeepSeek-V3.2's, as TRL defaults to
+    off_policy_mask_threshold: float | None = None  # None: off; DeepSeek-V3.2's off-policy sequence mask, e.g. 0.5
 
     def __post_init__(self):
         if self.group_size < 2:
             raise ValueError("group_size must be at least 2: a group of one has no baseline")
         if self.temperature <= 0:
             raise ValueError("temperature must be positive")
-        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo"):
-            raise ValueError(f"loss_type must be grpo, bnpo, dr_grpo or dapo, not {self.loss_type!r}")
+        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"):
+            raise ValueError(f"loss_type must be grpo, bnpo, dr_grpo, dapo, cispo or sapo, not {self.loss_type!r}")
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError(f"scale_rewards must be group, batch or none, not {self.scale_rewards!r}")
         if self.grad_accum_steps < 1:
             raise ValueError("grad_accum_steps must be at least 1")
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError(f"importance_sampling_level must be token or sequence, not "
+                             f"{self.importance_sampling_level!r}")
+        if not min(self.sapo_temperature_pos, self.sapo_temperature_neg) > 0:
+            raise ValueError("sapo_temperature_pos and sapo_temperature_neg must be positive")
+        if self.delta is not None and not self.delta > 1:
+            raise ValueError("delta must be None or above 1 (it bounds the ratio, which is 1 on-policy)")
+        if not 0 <= self.top_entropy_quantile <= 1:
+            raise ValueError("top_entropy_quantile must be from 0 to 1")
+        if not (isinstance(self.mask_truncated_completions, bool) and isinstance(self.use_bias_correction_kl, bool)):
+            raise ValueError("mask_truncated_completions and use_bias_correction_kl must be True or False")
+        modes = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+        if self.rollout_is_mode not in (None, *modes):
+            raise ValueError(f"rollout_is_mode must be None, {', '.join(modes)}, not {self.rollout_is_mode!r}")
+        if self.is_cap is not None and self.rollout_is_mode is not None:
+            raise ValueError("is_cap is rollout_is_mode 'token_truncate' with rollout_is_clip_max = is_cap: set one")
+        lo, hi = self.rollout_is_clip_min, self.rollout_is_clip_max
+        if lo is not None and hi is not None and not lo < hi:
+            raise ValueError("rollout_is_clip_min must be below rollout_is_clip_max")
+        if self.rollout_is_mode is not None and lo is None and hi is None:
+            raise ValueError(f"rollout_is_mode {self.rollout_is_mode!r} needs a rollout_is_clip_min or _max")
+        if self.off_policy_mask_threshold is not None and not self.off_policy_mask_threshold > 0:
+            raise ValueError("off_policy_mask_threshold must be None or positive")
 
 
 @dataclass
@@ -109,7 +156,10 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
         done = done | (idx_next == eos_id)
         if done.all():
             break
-    return Rollout(idx, mask, completion_mask(idx[:, P:], eos_id), P, torch.cat(p_drawn, dim=1).log())
+    comp_mask = completion_mask(idx[:, P:], eos_id)                       # (N, T)
+    if cfg.mask_truncated_completions:
+        comp_mask = comp_mask * done                                      # (N, T) DAPO's overlong filtering
+    return Rollout(idx, mask, comp_mask, P, torch.cat(p_drawn, dim=1).log())
 
 # -----------------------------------------------------------------------------
 # 2) advantages
@@ -127,16 +177,28 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
 # -----------------------------------------------------------------------------
 # 3) per-token log-probs of the sampled completion
 
-def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
-    """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature.
+def next_token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    """(N, P+T) -> (N, T, V): log pi(. | the columns before P+t) over the vocabulary.
     The logits at column c predict the token at column c+1; log-softmax runs in float32, or in the model's
     dtype where that is wider."""
     logits = model(input_ids, attention_mask)                             # (N, P+T, V)
     logits = logits[:, prompt_len - 1:-1]                                 # (N, T, V)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
-    targets = input_ids[:, prompt_len:]                                   # (N, T)
     logp = torch.log_softmax(logits, dim=-1)                              # (N, T, V)
+    return logp
+
+
+def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    """(N, P+T) -> (N, T): log pi(token at column P+t | columns before it), at the sampling temperature."""
+    logp = next_token_logprobs(model, input_ids, attention_mask, prompt_len, temperature)  # (N, T, V)
+    targets = input_ids[:, prompt_len:]                                   # (N, T)
     return logp.gather(-1, targets[..., None]).squeeze(-1)                # (N, T)
+
+
+def token_entropies(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    """(N, P+T) -> (N, T): the entropy of the distribution each completion token was scored under."""
+    logp = next_token_logprobs(model, input_ids, attention_mask, prompt_len, temperature)  # (N, T, V)
+    return -(logp.exp() * logp).sum(dim=-1)                               # (N, T)
 
 
 # -----------------------------------------------------------------------------
@@ -149,39 +211,111 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(log_ratio) - log_ratio - 1                           # (N, T)
 
 # -----------------------------------------------------------------------------
-# 5) the clipped surrogate loss
+# 5) the surrogate loss
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
-              num_tokens=None, sampler_logp=None, stats=None) -> torch.Tensor:
-    """Scalar loss of a batch of completions, (N, T) each: PPO's clipped surrogate (paper eq. 3), corrected
-    for the sampler when cfg.is_cap is set, plus beta times the KL penalty; loss_type says how the completion
-    tokens are weighed, num_tokens is dapo's count. Given a dict `stats`, the loss also puts there, for the
-    log, its own (N, T) ratio and KL, and where the clipped surrogate is below the unclipped one."""
-    keep = completion_mask.bool()                                         # (N, T)
-    log_ratio = (logp - old_logp).where(keep, 0.0)                        # (N, T) log pi / pi_old
-    ratio = torch.exp(log_ratio)                                          # (N, T) pi / pi_old
-    adv = advantages[:, None]                                             # (N, 1) one advantage per row
+def row_mean(x, keep) -> torch.Tensor:
+    """(N, T) -> (N, 1): each row's mean over its completion tokens."""
+    return x.where(keep, 0.0).sum(dim=1, keepdim=True) / keep.sum(dim=1, keepdim=True).clamp(min=1)
+
+
+def clipped_surrogate(ratio, adv, cfg: GRPOConfig) -> tuple:
+    """(N, T) -> (N, T): PPO's clipped surrogate (paper eq. 3) with DAPO's clip-higher and INTELLECT-2's delta;
+    and, for the log, where the clipped term is the smaller one."""
     eps_high = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    surr1 = ratio * adv                                                   # (N, T)
+    surr1 = (ratio if cfg.delta is None else ratio.clamp(max=cfg.delta)) * adv  # (N, T)
     surr2 = ratio.clamp(1 - cfg.clip_eps, 1 + eps_high) * adv             # (N, T)
     pg = -torch.min(surr1, surr2)                                         # (N, T)
-    if cfg.is_cap is not None and sampler_logp is not None:
-        drift = torch.where(keep, old_logp - sampler_logp, 0.0)           # (N, T) log pi_old / pi_sampler
-        pg = pg * torch.exp(drift).clamp(max=cfg.is_cap).detach()         # (N, T)
+    return pg, surr2 < surr1
+
+
+def cispo_surrogate(ratio, adv, logp, cfg: GRPOConfig) -> tuple:
+    """(N, T) -> (N, T): MiniMax-M1's CISPO surrogate, its cap set as ScaleRL sets it; and, for the log, where
+    the cap binds."""
+    cap = 5.0 if cfg.clip_eps_high is None else cfg.clip_eps_high
+    weight = ratio.clamp(max=cap).detach()                                # (N, T)
+    return -weight * adv * logp, ratio > cap
+
+
+def sapo_surrogate(ratio, adv, cfg: GRPOConfig) -> tuple:
+    """(N, T) -> (N, T): SAPO's surrogate, a soft gate in place of the clip; nothing is clipped."""
+    tau = torch.where(adv > 0, ratio.new_tensor(cfg.sapo_temperature_pos),
+                      ratio.new_tensor(cfg.sapo_temperature_neg))         # (N, 1)
+    gate = torch.sigmoid(tau * (ratio - 1)) * 4 / tau                     # (N, T)
+    return -gate * adv, torch.zeros_like(ratio, dtype=torch.bool)
+
+
+def off_policy_rows(logp, sampler_logp, adv, keep, threshold: float) -> torch.Tensor:
+    """(N, T) -> (N, 1): DeepSeek-V3.2's off-policy sequence mask, the rows whose policy term counts."""
+    drift = row_mean(sampler_logp - logp.detach(), keep)                  # (N, 1)
+    return (adv >= 0) | (drift <= threshold)                              # (N, 1)
+
+
+def high_entropy_tokens(entropies, keep, quantile: float) -> torch.Tensor:
+    """(N, T) -> (N, T): the 80/20 paper's high-entropy (forking) tokens among the completion tokens."""
+    if not keep.any():
+        return keep
+    threshold = torch.quantile(entropies[keep], 1 - quantile)             # ()
+    return (entropies >= threshold) & keep                                # (N, T)
+
+
+def rollout_weights(old_logp, sampler_logp, keep, cfg: GRPOConfig) -> torch.Tensor:
+    """(N, T) -> (N, T): the correction for the sampler that cfg.rollout_is_mode (or cfg.is_cap) asks for, one
+    weight a token or a row."""
+    mode, lo, hi = cfg.rollout_is_mode, cfg.rollout_is_clip_min, cfg.rollout_is_clip_max
+    if cfg.is_cap is not None:
+        mode, lo, hi = "token_truncate", None, cfg.is_cap
+    lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
+    drift = torch.where(keep, old_logp - sampler_logp, 0.0)               # (N, T) log pi_old / pi_sampler
+    if mode.startswith("sequence"):
+        drift = drift.sum(dim=1, keepdim=True).expand_as(drift)           # (N, T) the row's, on each token
+    weight = torch.exp(drift).detach()                                    # (N, T)
+    if mode.endswith("truncate"):
+        return weight.clamp(lo, hi)                                       # (N, T)
+    return weight.where((weight >= lo) & (weight <= hi), 0.0)             # (N, T)
+
+
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *,
+              num_tokens=None, sampler_logp=None, entropies=None, stats=None) -> torch.Tensor:
+    """Scalar loss of a batch of completions, (N, T) each: the surrogate loss_type names (PPO's clipped one, paper
+    eq. 3, or CISPO's or SAPO's) on the ratio importance_sampling_level names, masked and corrected for the sampler
+    as cfg asks, plus beta times the KL penalty; loss_type says how the completion tokens are weighed, num_tokens
+    is dapo's and cispo's count, `entropies` (N, T) the policy's, for top_entropy_quantile. Given a dict `stats`,
+    the loss also puts there, for the log, its own (N, T) ratio and KL, and where the clip binds."""
+    keep = completion_mask.bool()                                         # (N, T)
+    log_ratio = (logp - old_logp).where(keep, 0.0)                        # (N, T) log pi / pi_old
+    if cfg.importance_sampling_level == "sequence":
+        log_ratio = row_mean(log_ratio, keep).expand_as(log_ratio)        # (N, T) GSPO: the row's, on each token
+    ratio = torch.exp(log_ratio)                                          # (N, T) pi / pi_old
+    adv = advantages[:, None]                                             # (N, 1) one advantage per row
+    if cfg.loss_type == "cispo":
+        pg, clipped = cispo_surrogate(ratio, adv, logp.where(keep, 0.0), cfg)  # (N, T)
+    elif cfg.loss_type == "sapo":
+        pg, clipped = sapo_surrogate(ratio, adv, cfg)                     # (N, T)
+    else:
+        pg, clipped = clipped_surrogate(ratio, adv, cfg)                  # (N, T)
+    if cfg.off_policy_mask_threshold is not None:
+        behaviour = old_logp if sampler_logp is None else sampler_logp    # (N, T) what sampled the tokens
+        pg = pg * off_policy_rows(logp, behaviour, adv, keep, cfg.off_policy_mask_threshold)  # (N, T)
+    if cfg.top_entropy_quantile < 1.0 and entropies is not None:
+        pg = pg * high_entropy_tokens(entropies, keep, cfg.top_entropy_quantile)  # (N, T)
+    if sampler_logp is not None and (cfg.is_cap is not None or cfg.rollout_is_mode is not None):
+        pg = pg * rollout_weights(old_logp, sampler_logp, keep, cfg)      # (N, T)
     kl = torch.zeros_like(pg).masked_scatter(keep, kl_penalty(logp[keep], ref_logp[keep]))  # (N, T) 0 on the padding
+    if cfg.use_bias_correction_kl:
+        kl = kl * ratio                                                   # (N, T) DeepSeek-V3.2
     per_token = pg + cfg.beta * kl                                        # (N, T)
     if stats is not None:
-        stats.update(ratio=ratio.detach(), kl=kl.detach(), clipped=surr2 < surr1)
+        stats.update(ratio=ratio.detach(), kl=kl.detach(), clipped=clipped)
 
     # how much each token counts, by loss_type
     N, mask = keep.size(0), keep.to(per_token.dtype)
-    if cfg.loss_type == "grpo":
+    if cfg.loss_type in ("grpo", "sapo"):
         weight = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1.0) * N)  # (N, T)
     elif cfg.loss_type == "bnpo":
         weight = mask / mask.sum().clamp(min=1.0)                         # (N, T)
     elif cfg.loss_type == "dr_grpo":
         weight = mask / (N * cfg.max_new_tokens)                          # (N, T)
-    else:  # dapo
+    else:  # dapo, cispo
         weight = mask / (mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens)  # (N, T)
     return (per_token * weight).sum()
 
@@ -205,10 +339,17 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
         return token_logprobs(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
                               cfg.temperature)
 
+    @torch.no_grad()
+    def entropies(model, rows):                                           # (n, T), or None where nothing reads them
+        if cfg.top_entropy_quantile == 1.0:
+            return None
+        return token_entropies(model, rollout.input_ids[rows], rollout.attention_mask[rows], rollout.prompt_len,
+                               cfg.temperature)
+
     with torch.no_grad():
         old_logp = torch.cat([logprobs(policy, rows) for rows in micro_batches])  # (N, T) pi_old, the sampler
         ref_logp = torch.cat([logprobs(ref_policy, rows) for rows in micro_batches])  # (N, T) pi_ref, frozen
-    sampler_logp = rollout.sampler_logp if cfg.is_cap is not None else None  # (N, T) or None
+    sampler_logp = rollout.sampler_logp                                   # (N, T) or None, as the sampler reported them
     # dapo divides by every completion token of the batch, on all processes; DDP then averages the processes'
     # gradients, so each process takes its share of that count
     num_tokens = mask.sum().float() / ddp_world_size
@@ -228,11 +369,11 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
             seen.append({})                                               # for the log: what the loss saw
             loss = grpo_loss(logp, old_logp[rows], ref_logp[rows], advantages[rows], mask[rows], cfg,
                              num_tokens=num_tokens, sampler_logp=None if sampler_logp is None else sampler_logp[rows],
-                             stats=seen[-1])
+                             entropies=entropies(policy, rows), stats=seen[-1])
             # each loss_type scales its micro step its own way, not all by 1 / gradient_accumulation_steps
             if cfg.loss_type == "bnpo":
                 loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
-            elif cfg.loss_type != "dapo":
+            elif cfg.loss_type not in ("dapo", "cispo"):
                 loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()
             lossf += loss.item()

@@ -71,9 +71,46 @@ class GRPOConfig:
             - `"dr_grpo"`: Aggregates token-level losses by normalizing with a global constant, `max_new_tokens`.
             - `"dapo"`: Aggregates token-level losses by normalizing with the number of active tokens in the
               global accumulated batch.
+            - `"cispo"`: Clips the importance sampling weights instead of the advantage scaled importance weights;
+              the clipped weights, held constant, multiply the advantages and the log-probs. Aggregated as `"dapo"`
+              ([MiniMax-M1](https://huggingface.co/papers/2506.13585)).
+            - `"sapo"`: A smooth, temperature-controlled gate in place of the hard clip. Aggregated as `"grpo"`
+              ([SAPO](https://huggingface.co/papers/2511.20347)).
         is_cap (`float`, *optional*):
             Truncation cap for the per-token importance sampling correction between the policy that scores the
             batch and the sampler that generated it. If `None`, no correction is applied.
+            Equivalent to `rollout_is_mode="token_truncate"` with `rollout_is_clip_max=is_cap`.
+        importance_sampling_level (`str`, *optional*, defaults to `"token"`):
+            Controls whether importance sampling ratios are computed at the `"token"` or `"sequence"` level.
+            `"sequence"` averages the log-probability ratios across valid tokens to produce a single ratio per
+            sequence ([GSPO](https://huggingface.co/papers/2507.18071)).
+        sapo_temperature_pos (`float`, *optional*, defaults to `1.0`):
+            Temperature of the `sapo` gate for tokens with positive advantage.
+        sapo_temperature_neg (`float`, *optional*, defaults to `1.05`):
+            Temperature of the `sapo` gate for tokens with non-positive advantage.
+        delta (`float`, *optional*):
+            Bounds the importance ratio of the unclipped term too, two-sided GRPO loss, when set to a float above 1.
+            If `None`, standard GRPO clipping is used ([INTELLECT-2](https://huggingface.co/papers/2505.07291)).
+        top_entropy_quantile (`float`, *optional*, defaults to `1.0`):
+            Keeps in the policy loss term only the top-ρ quantile of tokens by entropy of the probability
+            distribution at each position ([Beyond the 80/20 Rule](https://huggingface.co/papers/2506.01939)
+            recommends `0.2`); `1.0` keeps all tokens.
+        mask_truncated_completions (`bool`, *optional*, defaults to `False`):
+            When enabled, completions that never produced the end-of-sequence token are excluded from the loss
+            ([DAPO](https://huggingface.co/papers/2503.14476)).
+        rollout_is_mode (`str`, *optional*):
+            Importance sampling correction for the sampler that generated the batch: `"token_truncate"`,
+            `"token_mask"`, `"sequence_truncate"` or `"sequence_mask"`. If `None`, no correction is applied.
+        rollout_is_clip_min (`float`, *optional*):
+            Lower bound of the importance sampling ratio used by `rollout_is_mode`.
+        rollout_is_clip_max (`float`, *optional*, defaults to `3.0`):
+            Upper bound of the importance sampling ratio used by `rollout_is_mode`.
+        use_bias_correction_kl (`bool`, *optional*, defaults to `False`):
+            Whether to multiply the KL term by the importance sampling ratio
+            ([DeepSeek-V3.2](https://huggingface.co/papers/2512.02556)).
+        off_policy_mask_threshold (`float`, *optional*):
+            Threshold for off-policy sequence masking: sequences with negative advantages whose mean log-ratio of
+            the sampler to the policy is above it are masked out. If `None`, no masking.
     """
 
     group_size: int = 8
@@ -90,13 +127,24 @@ class GRPOConfig:
     clip_eps_high: Optional[float] = None
     grad_accum_steps: int = 1
     is_cap: Optional[float] = None
+    importance_sampling_level: str = "token"
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    delta: Optional[float] = None
+    top_entropy_quantile: float = 1.0
+    mask_truncated_completions: bool = False
+    rollout_is_mode: Optional[str] = None
+    rollout_is_clip_min: Optional[float] = None
+    rollout_is_clip_max: Optional[float] = 3.0
+    use_bias_correction_kl: bool = False
+    off_policy_mask_threshold: Optional[float] = None
 
     def __post_init__(self):
         if self.group_size < 2:
             raise ValueError(f"GRPO requires at least 2 generations per prompt, got group_size={self.group_size}.")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature}.")
-        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo"):
+        if self.loss_type not in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"):
             raise ValueError(f"Unknown loss type: {self.loss_type}")
         if self.scale_rewards not in ("group", "batch", "none"):
             raise ValueError(
@@ -107,6 +155,37 @@ class GRPOConfig:
                 f"num_iterations and grad_accum_steps must be at least 1, got {self.num_iterations} and "
                 f"{self.grad_accum_steps}."
             )
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError(
+                f"Unknown importance sampling level: {self.importance_sampling_level}. Possible values are 'token' "
+                "and 'sequence'."
+            )
+        if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
+            raise ValueError("sapo_temperature_pos and sapo_temperature_neg must be positive.")
+        if self.delta is not None and self.delta <= 1.0:
+            raise ValueError(f"delta must be above 1 when set, got {self.delta}.")
+        if not 0.0 <= self.top_entropy_quantile <= 1.0:
+            raise ValueError(f"top_entropy_quantile must be in [0.0, 1.0], got {self.top_entropy_quantile}.")
+        if not isinstance(self.mask_truncated_completions, bool) or not isinstance(self.use_bias_correction_kl, bool):
+            raise ValueError("mask_truncated_completions and use_bias_correction_kl must be booleans.")
+        if self.rollout_is_mode not in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+            raise ValueError(
+                f"Unknown rollout_is_mode: {self.rollout_is_mode}. Possible values are 'token_truncate', "
+                "'token_mask', 'sequence_truncate' and 'sequence_mask'."
+            )
+        if self.is_cap is not None and self.rollout_is_mode is not None:
+            raise ValueError(
+                "is_cap is rollout_is_mode='token_truncate' with rollout_is_clip_max=is_cap; set only one of them."
+            )
+        clip_min, clip_max = self.rollout_is_clip_min, self.rollout_is_clip_max
+        if clip_min is not None and clip_max is not None and clip_min >= clip_max:
+            raise ValueError(f"rollout_is_clip_min ({clip_min}) must be below rollout_is_clip_max ({clip_max}).")
+        if self.rollout_is_mode is not None and clip_min is None and clip_max is None:
+            raise ValueError(
+                f"rollout_is_mode={self.rollout_is_mode} needs rollout_is_clip_min or rollout_is_clip_max."
+            )
+        if self.off_policy_mask_threshold is not None and self.off_policy_mask_threshold <= 0:
+            raise ValueError(f"off_policy_mask_threshold must be positive, got {self.off_policy_mask_threshold}.")
 
 
 @dataclass
@@ -407,10 +486,18 @@ def generate(
         policy, prompt_ids[indexes], prompt_mask[indexes], generation_config, generator
     )
     prompt_length = prompt_ids.size(1)
+    completion_ids = prompt_completion_ids[:, prompt_length:]
+    rollout_completion_mask = completion_mask(completion_ids, eos_id)
+
+    # If mask_truncated_completions is enabled, zero out truncated completions in completion_mask
+    if cfg.mask_truncated_completions:
+        is_truncated = ~(completion_ids == eos_id).any(dim=1)
+        rollout_completion_mask = rollout_completion_mask * (~is_truncated).unsqueeze(1).float()
+
     return Rollout(
         input_ids=prompt_completion_ids,
         attention_mask=attention_mask,
-        completion_mask=completion_mask(prompt_completion_ids[:, prompt_length:], eos_id),
+        completion_mask=rollout_completion_mask,
         prompt_len=prompt_length,
         sampler_logp=sampling_per_token_logps,
     )
@@ -451,6 +538,24 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
     return advantages
 
 
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """
+    Compute the Shannon entropy (in nats) for each row of *logits*.
+
+    Args:
+        logits (`torch.Tensor`):
+            Logits tensor of shape `(..., num_classes)`. Entropy is taken along the last axis.
+
+    Returns:
+        `torch.Tensor`: Entropy values with shape `logits.shape[:-1]`.
+    """
+    per_row_entropies = []
+    for row_logits in logits:  # loop to reduce peak mem consumption
+        row_logps = torch.log_softmax(row_logits, dim=-1)
+        per_row_entropies.append(-(torch.exp(row_logps) * row_logps).sum(-1))
+    return torch.stack(per_row_entropies)
+
+
 def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
     """
     Per-token log-probabilities of the completion tokens.
@@ -470,6 +575,23 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
     Returns:
         `torch.Tensor` of shape `(N, T)`, float32 (float64 for a float64 model).
     """
+    return token_logprobs_and_entropies(model, input_ids, attention_mask, prompt_len, temperature)[0]
+
+
+def token_entropies(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    """
+    Entropy of the distribution each completion token is scored under, `(N, T)`; arguments as [`token_logprobs`].
+    """
+    return token_logprobs_and_entropies(model, input_ids, attention_mask, prompt_len, temperature, True)[1]
+
+
+def token_logprobs_and_entropies(
+    model, input_ids, attention_mask, prompt_len: int, temperature: float, compute_entropy: bool = False
+) -> tuple:
+    """
+    Per-token log-probabilities of the completion tokens, and if `compute_entropy` the entropy at each of them (else
+    `None`), from one forward pass; arguments as [`token_logprobs`].
+    """
     logits_to_keep = input_ids.size(1) - prompt_len  # we only need to compute the logits for the completion tokens
     logits = model(input_ids, attention_mask)
     # Exclude the last value: it corresponds to the next token pred
@@ -481,7 +603,12 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperatur
         # Divide logits by sampling temperature
         logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
-    return selective_log_softmax(logits, completion_ids)
+    logps = selective_log_softmax(logits, completion_ids)
+    entropies = None
+    if compute_entropy:
+        with torch.no_grad():
+            entropies = entropy_from_logits(logits)
+    return logps, entropies
 
 
 def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
@@ -498,6 +625,69 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(ref_logp - logp) - (ref_logp - logp) - 1
 
 
+def get_high_entropy_mask(entropies: torch.Tensor, mask: torch.Tensor, threshold: float) -> torch.Tensor:
+    """
+    Returns a binary mask identifying tokens whose entropy exceeds a given quantile threshold.
+
+    Args:
+        entropies (`torch.Tensor`):
+            Tensor of shape `(N, T)` with per-token entropy values.
+        mask (`torch.Tensor`):
+            Binary mask of the same shape as `entropies`, where `1` indicates valid tokens and `0` padding.
+        threshold (`float`):
+            Quantile threshold between `0.0` and `1.0` to select high-entropy tokens.
+
+    Returns:
+        `torch.Tensor`: Boolean mask of shape `(N, T)`, where `True` indicates tokens with entropy >= threshold.
+    """
+    local = entropies[mask.bool()]
+    if local.numel() == 0:
+        return torch.zeros_like(entropies, dtype=torch.bool)
+    entropy_threshold = torch.quantile(local, threshold)
+    entropy_mask = entropies >= entropy_threshold
+    return entropy_mask & mask.bool()  # ensure padding tokens are always masked out
+
+
+def get_off_policy_mask(advantages, per_token_logps, sampling_per_token_logps, mask, off_policy_threshold: float):
+    """
+    Computes the Off-Policy Sequence Mask from the DeepSeek-V3.2 paper. Returns a `(N, 1)` tensor where 1.0 indicates
+    "Keep" and 0.0 indicates "Drop".
+    """
+    # forward KL div: log(pi_old) - log(pi_theta)
+    kl_div = (sampling_per_token_logps - per_token_logps.detach()).masked_fill(~mask.bool(), 0.0)
+    # Sequence-level Mean KL (ignoring prompt+padding)
+    seq_kl_sum = kl_div.sum(dim=1, keepdim=True)
+    avg_seq_kl = seq_kl_sum / mask.sum(dim=1, keepdim=True).clamp(min=1.0)
+    # Keep if (Advantage >= 0) OR (KL <= delta)
+    is_pos_adv = advantages >= 0
+    is_low_kl = avg_seq_kl <= off_policy_threshold
+    return (is_pos_adv | is_low_kl).to(dtype=kl_div.dtype)  # (N, 1)
+
+
+def get_importance_sampling_ratio(per_token_logps, sampling_per_token_logps, mask, args: GRPOConfig):
+    """
+    Importance sampling ratio of the batch against the sampler that generated it, `(N, T)` or `(N, 1)`, as
+    `args.rollout_is_mode` asks (`args.is_cap` is `"token_truncate"` capped at `is_cap`).
+    """
+    mode, clip_min, clip_max = args.rollout_is_mode, args.rollout_is_clip_min, args.rollout_is_clip_max
+    if args.is_cap is not None:
+        mode, clip_min, clip_max = "token_truncate", None, args.is_cap
+    per_token_logps_diff = (per_token_logps - sampling_per_token_logps).masked_fill(~mask, 0.0)
+    if mode in ["sequence_mask", "sequence_truncate"]:
+        logps_diff = per_token_logps_diff.sum(dim=-1, keepdim=True)
+    else:
+        logps_diff = per_token_logps_diff
+    importance_sampling_ratio = torch.exp(logps_diff)
+    if mode in ["sequence_truncate", "token_truncate"]:
+        importance_sampling_ratio = torch.clamp(importance_sampling_ratio, min=clip_min, max=clip_max)
+    else:
+        min_val = clip_min if clip_min is not None else -float("inf")
+        max_val = clip_max if clip_max is not None else float("inf")
+        invalid_mask = (importance_sampling_ratio < min_val) | (importance_sampling_ratio > max_val)
+        importance_sampling_ratio = importance_sampling_ratio.masked_fill(invalid_mask, value=0.0)
+    return importance_sampling_ratio.detach()
+
+
 def compute_grpo_loss(
     per_token_logps,
     old_per_token_logps,
@@ -508,6 +698,7 @@ def compute_grpo_loss(
     *,
     num_tokens=None,
     sampler_logp=None,
+    entropies=None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     GRPO loss of a batch, aggregated according to `args.loss_type`.
@@ -529,11 +720,14 @@ def compute_grpo_loss(
             Number of active tokens in the global accumulated batch, per process, used by `loss_type="dapo"`.
             Defaults to the number of active tokens in this batch.
         sampler_logp (`torch.Tensor` of shape `(N, T)`, *optional*):
-            Log-probabilities under the sampler, for the importance sampling correction (`args.is_cap`).
+            Log-probabilities under the sampler, for the importance sampling correction (`args.is_cap`,
+            `args.rollout_is_mode`) and the off-policy mask.
+        entropies (`torch.Tensor` of shape `(N, T)`, *optional*):
+            Entropy of the model at each token, for `args.top_entropy_quantile`.
 
     Returns:
-        `tuple`: the scalar loss, and the importance ratio `coef_1` and the per-token KL `(N, T)` it was computed
-        from, for the logs.
+        `tuple`: the scalar loss, and the importance ratio `coef_1` (`(N, T)`, or `(N, 1)` at the sequence level) and
+        the per-token KL `(N, T)` it was computed from, for the logs.
     """
     mask = completion_mask.bool()
     if num_tokens is None:  # not part of an accumulated batch
@@ -541,30 +735,74 @@ def compute_grpo_loss(
     advantages = advantages.unsqueeze(1)
     epsilon_high = args.clip_eps_high if args.clip_eps_high is not None else args.clip_eps
 
-    log_ratio = (per_token_logps - old_per_token_logps).masked_fill(~mask, 0.0)
-    coef_1 = torch.exp(log_ratio)
-    coef_2 = torch.clamp(coef_1, 1 - args.clip_eps, 1 + epsilon_high)
-    per_token_loss1 = coef_1 * advantages
-    per_token_loss2 = coef_2 * advantages
-    per_token_loss = -torch.min(per_token_loss1, per_token_loss2)
+    if args.top_entropy_quantile < 1.0 and entropies is not None:
+        entropy_mask = get_high_entropy_mask(entropies, mask, 1 - args.top_entropy_quantile)
+    else:
+        entropy_mask = None
 
-    if args.is_cap is not None and sampler_logp is not None:
-        per_token_logps_diff = (old_per_token_logps - sampler_logp).masked_fill(~mask, 0.0)
-        importance_sampling_ratio = torch.clamp(torch.exp(per_token_logps_diff), max=args.is_cap)
-        per_token_loss = per_token_loss * importance_sampling_ratio.detach()
+    if args.off_policy_mask_threshold is not None:
+        # the sampler's log-probs where there are any, else the old policy's
+        sampling_per_token_logps = sampler_logp if sampler_logp is not None else old_per_token_logps
+        off_policy_mask = get_off_policy_mask(
+            advantages, per_token_logps, sampling_per_token_logps, mask, args.off_policy_mask_threshold
+        )
+
+    log_ratio = (per_token_logps - old_per_token_logps).masked_fill(~mask, 0.0)
+    if args.importance_sampling_level == "token":
+        log_importance_weights = log_ratio
+    elif args.importance_sampling_level == "sequence":
+        log_importance_weights = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        log_importance_weights = log_importance_weights.unsqueeze(-1)
+    else:
+        raise ValueError(f"Unknown importance sampling level: {args.importance_sampling_level}")
+    coef_1 = torch.exp(log_importance_weights)
 
     per_token_kl = kl_penalty(per_token_logps.masked_fill(~mask, 0.0), ref_per_token_logps.masked_fill(~mask, 0.0))
+    if args.use_bias_correction_kl:
+        per_token_kl = per_token_kl * coef_1
+
+    # From here, coef_1's shape depends on importance_sampling_level: (N, T) for "token", (N, 1) for "sequence"
+    if args.loss_type == "cispo":
+        cispo_cap = args.clip_eps_high if args.clip_eps_high is not None else 5.0  # ScaleRL's epsilon_max
+        clamped_ratios = torch.clamp(coef_1, max=cispo_cap).detach()
+        per_token_loss = -clamped_ratios * advantages * per_token_logps.masked_fill(~mask, 0.0)
+    elif args.loss_type == "sapo":
+        temperatures = torch.where(
+            advantages > 0,
+            coef_1.new_tensor(args.sapo_temperature_pos),
+            coef_1.new_tensor(args.sapo_temperature_neg),
+        )
+        soft_coef_1 = torch.sigmoid(temperatures * (coef_1 - 1)) * 4 / temperatures
+        per_token_loss = -soft_coef_1 * advantages
+    else:
+        coef_2 = torch.clamp(coef_1, 1 - args.clip_eps, 1 + epsilon_high)
+        # Two-sided clipping
+        upper_coef_1 = torch.clamp(coef_1, max=args.delta) if args.delta is not None else coef_1
+        per_token_loss1 = upper_coef_1 * advantages
+        per_token_loss2 = coef_2 * advantages
+        per_token_loss = -torch.min(per_token_loss1, per_token_loss2)
+
+    if args.off_policy_mask_threshold is not None:
+        per_token_loss = per_token_loss * off_policy_mask
+
+    if entropy_mask is not None:
+        per_token_loss = per_token_loss * entropy_mask
+
+    if (args.is_cap is not None or args.rollout_is_mode is not None) and sampler_logp is not None:
+        importance_sampling_ratio = get_importance_sampling_ratio(old_per_token_logps, sampler_logp, mask, args)
+        per_token_loss = per_token_loss * importance_sampling_ratio
+
     if args.beta != 0.0:
         per_token_loss = per_token_loss - args.beta * per_token_kl
 
     mask = mask.to(per_token_loss.dtype)
-    if args.loss_type == "grpo":
+    if args.loss_type in ["grpo", "sapo"]:
         loss = ((per_token_loss * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)).mean()
     elif args.loss_type == "bnpo":
         loss = (per_token_loss * mask).sum() / mask.sum().clamp(min=1.0)
     elif args.loss_type == "dr_grpo":
         loss = (per_token_loss * mask).sum() / (per_token_loss.size(0) * args.max_new_tokens)
-    elif args.loss_type == "dapo":
+    elif args.loss_type in ["cispo", "dapo"]:
         loss = (per_token_loss * mask).sum() / num_tokens
     else:
         raise ValueError(f"Unknown loss type: {args.loss_type}")
@@ -581,11 +819,12 @@ def grpo_loss(
     *,
     num_tokens=None,
     sampler_logp=None,
+    entropies=None,
 ) -> torch.Tensor:
     """The scalar loss of [`compute_grpo_loss`], which documents the arguments."""
     return compute_grpo_loss(
         per_token_logps, old_per_token_logps, ref_per_token_logps, advantages, completion_mask, args,
-        num_tokens=num_tokens, sampler_logp=sampler_logp,
+        num_tokens=num_tokens, sampler_logp=sampler_logp, entropies=entropies,
     )[0]
 
 
@@ -664,7 +903,10 @@ class GRPOTrainer:
         self.scale_rewards = args.scale_rewards
         self.epsilon_low = args.clip_eps
         self.epsilon_high = args.clip_eps_high if args.clip_eps_high is not None else args.clip_eps
-        self.use_importance_sampling_correction = args.is_cap is not None
+        self.use_importance_sampling_correction = args.is_cap is not None or args.rollout_is_mode is not None
+        self.importance_sampling_level = args.importance_sampling_level
+        self.top_entropy_quantile = args.top_entropy_quantile
+        self.off_policy_mask_threshold = args.off_policy_mask_threshold
 
         # Multi-step
         self.num_iterations = args.num_iterations  # = 𝜇 in the GRPO paper
@@ -695,16 +937,27 @@ class GRPOTrainer:
 
     def _get_per_token_logps(self, model, input_ids, attention_mask, logits_to_keep, num_chunks=1) -> torch.Tensor:
         """Per-token log-probabilities of the last `logits_to_keep` tokens, computed in `num_chunks` chunks."""
-        all_logps = []
+        return self._get_per_token_logps_and_entropies(model, input_ids, attention_mask, logits_to_keep, num_chunks)[0]
+
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, num_chunks=1, compute_entropy=False
+    ) -> tuple:
+        """Per-token log-probabilities of the last `logits_to_keep` tokens, and if `compute_entropy` the entropy at
+        each of them (else `None`), computed in `num_chunks` chunks."""
+        all_logps, all_entropies = [], []
         for input_ids_batch, attention_mask_batch in zip(
             torch.tensor_split(input_ids, num_chunks), torch.tensor_split(attention_mask, num_chunks), strict=True
         ):
             if input_ids_batch.size(0) > 0:
                 prompt_length = input_ids_batch.size(1) - logits_to_keep
-                all_logps.append(
-                    token_logprobs(model, input_ids_batch, attention_mask_batch, prompt_length, self.temperature)
+                logps, entropies = token_logprobs_and_entropies(
+                    model, input_ids_batch, attention_mask_batch, prompt_length, self.temperature, compute_entropy
                 )
-        return torch.cat(all_logps, dim=0)
+                all_logps.append(logps)
+                all_entropies.append(entropies)
+        logps = torch.cat(all_logps, dim=0)
+        entropies = torch.cat(all_entropies, dim=0) if compute_entropy else None
+        return logps, entropies
 
     def _prepare_inputs(self, generation_batch) -> dict:
         # Samples and scores the generation batch at the first of the `num_iterations * steps_per_generation` calls
@@ -786,7 +1039,9 @@ class GRPOTrainer:
         }
         if old_per_token_logps is not None:
             output["old_per_token_logps"] = old_per_token_logps
-        if self.use_importance_sampling_correction:
+        if (self.use_importance_sampling_correction or self.off_policy_mask_threshold is not None) and (
+            rollout.sampler_logp is not None
+        ):
             output["sampling_per_token_logps"] = rollout.sampler_logp
         return output
 
@@ -797,7 +1052,11 @@ class GRPOTrainer:
         input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
         attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
         logits_to_keep = completion_ids.size(1)  # we only need to compute the logits for the completion tokens
-        per_token_logps = self._get_per_token_logps(model, input_ids, attention_mask, logits_to_keep)
+
+        # Compute the per_token_logps and, for the entropy mask, the entropy at each position in the completion
+        per_token_logps, entropies = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, compute_entropy=self.top_entropy_quantile < 1.0
+        )
 
         # Without old log-probs from generation (see `_generate_and_score_completions`), they are the log-probs of
         # this pass: the ratio is then exactly 1, and ratio_deviation/max 0
@@ -812,11 +1071,12 @@ class GRPOTrainer:
             self.args,
             num_tokens=inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes,
             sampler_logp=inputs.get("sampling_per_token_logps"),
+            entropies=entropies,
         )
         # Scale for gradient accumulation. `split_tensor_dict` may leave the micro-batches one completion apart, so a
         # loss averaged over completions is divided by as many micro-batches as the generation batch would hold at
         # this one's size (`current_gradient_accumulation_steps` when they are of equal size)
-        if self.loss_type in ["grpo", "dr_grpo"]:
+        if self.loss_type in ["grpo", "sapo", "dr_grpo"]:
             normalizer = inputs["num_completions"] / completion_ids.size(0)
             loss = loss / normalizer
         elif self.loss_type == "bnpo":
@@ -826,10 +1086,20 @@ class GRPOTrainer:
         # Log the metrics
         mask = completion_mask.bool()
         advantages = inputs["advantages"].unsqueeze(1)
-        coef_1, per_token_kl = coef_1.detach(), per_token_kl.detach()
-        # Compute the clipped probability ratios
-        is_low_clipped = (coef_1 < 1 - self.epsilon_low) & (advantages < 0)
-        is_high_clipped = (coef_1 > 1 + self.epsilon_high) & (advantages > 0)
+        coef_1, per_token_kl = coef_1.detach().expand_as(mask), per_token_kl.detach()
+        if self.loss_type == "cispo":
+            # the tokens whose weight the cap holds
+            cispo_cap = self.args.clip_eps_high if self.args.clip_eps_high is not None else 5.0
+            is_low_clipped = torch.zeros_like(mask)
+            is_high_clipped = coef_1 > cispo_cap
+        elif self.loss_type == "sapo":
+            # a soft gate, nothing is clipped
+            is_low_clipped = is_high_clipped = torch.zeros_like(mask)
+        else:
+            # Compute the clipped probability ratios
+            upper_coef_1 = torch.clamp(coef_1, max=self.args.delta) if self.args.delta is not None else coef_1
+            is_low_clipped = (upper_coef_1 < 1 - self.epsilon_low) & (advantages < 0)
+            is_high_clipped = (upper_coef_1 > 1 + self.epsilon_high) & (advantages > 0)
         is_region_clipped = is_low_clipped | is_high_clipped
         token_sums = torch.stack(
             [

@@ -38,12 +38,23 @@ class GRPOConfig:
     grad_accum_steps: int = 1  # micro-batches per mini-batch
     clip_eps: float = 0.2  # actor.clip_ratio_low
     clip_eps_high: Optional[float] = None  # actor.clip_ratio_high, None -> clip_eps
-    loss_type: str = "grpo"  # actor.loss_agg_mode, see LOSS_AGG_MODE
+    loss_type: str = "grpo"  # actor.loss_agg_mode, see LOSS_AGG_MODE; cispo and sapo: actor.policy_loss.loss_mode
     beta: float = 0.04  # actor.kl_loss_coef
     is_cap: Optional[float] = None  # algorithm.rollout_is_threshold, None -> no rollout correction
+    importance_sampling_level: str = "token"  # "sequence": actor.policy_loss.loss_mode=gspo
+    sapo_temperature_pos: float = 1.0  # actor.policy_loss.tau_pos
+    sapo_temperature_neg: float = 1.05  # actor.policy_loss.tau_neg
+    delta: Optional[float] = None  # upper bound of the unclipped ratio (two-sided clip), None -> none
+    top_entropy_quantile: float = 1.0  # share of the tokens, by entropy, in the policy loss
+    mask_truncated_completions: bool = False  # drop the responses cut at response_length from the loss
+    use_bias_correction_kl: bool = False  # kl loss weighed by the importance ratio
+    off_policy_mask_threshold: Optional[float] = None  # off-policy sequence mask, None -> off
     # algorithm
     adv_eps: float = 1e-4
     scale_rewards: str = "group"  # group | batch | none
+    rollout_is_mode: Optional[str] = None  # algorithm.rollout_correction: {token,sequence}_{truncate,mask}
+    rollout_is_clip_min: Optional[float] = None  # algorithm.rollout_correction.rollout_is_threshold_lower
+    rollout_is_clip_max: Optional[float] = 3.0  # algorithm.rollout_correction.rollout_is_threshold
 
     def __post_init__(self):
         if self.group_size < 2:
@@ -56,6 +67,28 @@ class GRPOConfig:
             raise ValueError(f"Invalid scale_rewards: {self.scale_rewards}")
         if self.grad_accum_steps < 1:
             raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        if self.importance_sampling_level not in ("token", "sequence"):
+            raise ValueError(f"Invalid importance_sampling_level: {self.importance_sampling_level}")
+        if self.sapo_temperature_pos <= 0 or self.sapo_temperature_neg <= 0:
+            raise ValueError(f"sapo temperatures must be > 0, got {self.sapo_temperature_pos}, "
+                             f"{self.sapo_temperature_neg}")
+        if self.delta is not None and self.delta <= 1:
+            raise ValueError(f"delta must be > 1, got {self.delta}")
+        if not 0 <= self.top_entropy_quantile <= 1:
+            raise ValueError(f"top_entropy_quantile must be in [0, 1], got {self.top_entropy_quantile}")
+        if not isinstance(self.mask_truncated_completions, bool) or not isinstance(self.use_bias_correction_kl, bool):
+            raise ValueError("mask_truncated_completions and use_bias_correction_kl must be bools")
+        if self.rollout_is_mode not in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"):
+            raise ValueError(f"Invalid rollout_is_mode: {self.rollout_is_mode}")
+        if self.is_cap is not None and self.rollout_is_mode is not None:
+            raise ValueError("is_cap is rollout_is_mode=token_truncate with rollout_is_clip_max=is_cap: set one")
+        lower, upper = self.rollout_is_clip_min, self.rollout_is_clip_max
+        if lower is not None and upper is not None and lower >= upper:
+            raise ValueError(f"rollout_is_clip_min must be < rollout_is_clip_max, got {lower} and {upper}")
+        if self.rollout_is_mode is not None and lower is None and upper is None:
+            raise ValueError(f"rollout_is_mode={self.rollout_is_mode} needs rollout_is_clip_min or rollout_is_clip_max")
+        if self.off_policy_mask_threshold is not None and self.off_policy_mask_threshold <= 0:
+            raise ValueError(f"off_policy_mask_threshold must be > 0, got {self.off_policy_mask_threshold}")
 
 
 # loss_type -> the loss_agg_mode of agg_loss. bnpo and dapo are both token-mean, told apart by the token count that
@@ -65,6 +98,8 @@ LOSS_AGG_MODE = {
     "bnpo": "token-mean",
     "dr_grpo": "seq-mean-token-sum-norm",
     "dapo": "token-mean",
+    "cispo": "token-mean",
+    "sapo": "seq-mean-token-mean",
 }
 
 
@@ -197,13 +232,19 @@ def generate_sequences(actor_module, prompts: DataProto, cfg: GRPOConfig, eos_to
     })
 
 
-def compute_response_mask(data: DataProto) -> torch.Tensor:
+def compute_response_mask(data: DataProto, mask_truncated_completions: bool = False,
+                          eos_token_id: Optional[int] = None) -> torch.Tensor:
     """The attention mask of the response part of the sequence, (bs, response_length): the tokens that the loss
-    and every per-token computation apply to."""
+    and every per-token computation apply to. With mask_truncated_completions, a response that never produced
+    eos_token_id (cut at response_length) has none."""
     responses = data.batch["responses"]
     response_length = responses.size(1)
     attention_mask = data.batch["attention_mask"]
-    return attention_mask[:, -response_length:]
+    response_mask = attention_mask[:, -response_length:]
+    if mask_truncated_completions:
+        is_truncated = ~(responses == eos_token_id).any(dim=-1)  # (bs,)
+        response_mask = response_mask * (~is_truncated).unsqueeze(-1).to(response_mask.dtype)
+    return response_mask
 
 
 def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, pad_id: int, generator=None) -> Rollout:
@@ -211,7 +252,8 @@ def generate(policy, prompt_ids, prompt_mask, cfg: GRPOConfig, *, eos_id: int, p
     output = generate_sequences(policy, prompts.repeat(repeat_times=cfg.group_size), cfg, eos_token_id=eos_id,
                                 pad_token_id=pad_id, generator=generator)
     return Rollout(input_ids=output.batch["input_ids"], attention_mask=output.batch["attention_mask"],
-                   completion_mask=compute_response_mask(output), prompt_len=prompt_ids.shape[1],
+                   completion_mask=compute_response_mask(output, cfg.mask_truncated_completions, eos_id),
+                   prompt_len=prompt_ids.shape[1],
                    sampler_logp=output.batch["rollout_log_probs"])
 
 
@@ -325,8 +367,16 @@ def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Te
     return logp.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
 
 
-def forward_micro_batch(actor_module, micro_batch: dict, temperature: float) -> torch.Tensor:
-    """log_probs of the responses, (bs, response_length), fp32 (fp64 for an fp64 actor)."""
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Calculate entropy from logits."""
+    pd = torch.nn.functional.softmax(logits, dim=-1)
+    entropy = torch.logsumexp(logits, dim=-1) - torch.sum(pd * logits, dim=-1)
+    return entropy
+
+
+def forward_micro_batch(actor_module, micro_batch: dict, temperature: float, calculate_entropy: bool = False):
+    """log_probs of the responses, (bs, response_length), fp32 (fp64 for an fp64 actor); with calculate_entropy,
+    (entropy, log_probs), the entropy of each response token's distribution without gradient."""
     response_length = micro_batch["responses"].size(-1)
     logits = actor_module(micro_batch["input_ids"], micro_batch["attention_mask"])  # (bs, seqlen, vocab)
     if logits.dtype not in (torch.float32, torch.float64):
@@ -334,12 +384,22 @@ def forward_micro_batch(actor_module, micro_batch: dict, temperature: float) -> 
     logits.div_(temperature)
     logits = logits[:, -response_length - 1 : -1, :]  # (bs, response_length, vocab_size)
     log_probs = logprobs_from_logits(logits, micro_batch["responses"])
+    if calculate_entropy:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits)  # (bs, response_length)
+        return entropy, log_probs
     return log_probs
 
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
     micro_batch = {"input_ids": input_ids, "attention_mask": attention_mask, "responses": input_ids[:, prompt_len:]}
     return forward_micro_batch(model, micro_batch, temperature)
+
+
+def token_entropies(model, input_ids, attention_mask, prompt_len: int, temperature: float) -> torch.Tensor:
+    micro_batch = {"input_ids": input_ids, "attention_mask": attention_mask, "responses": input_ids[:, prompt_len:]}
+    entropy, _ = forward_micro_batch(model, micro_batch, temperature, calculate_entropy=True)
+    return entropy
 
 
 def compute_log_prob(actor_module, data: DataProto, cfg: GRPOConfig) -> torch.Tensor:
@@ -426,31 +486,18 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
     return loss
 
 
-def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
+def clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
                         rollout_is_weights, global_batch_info: dict) -> tuple:
-    """
-    Compute the clipped policy objective and related metrics for PPO.
-
-    Args:
-        old_log_prob: (bs, response_length)
-        log_prob: (bs, response_length)
-        advantages: (bs, response_length)
-        response_mask: (bs, response_length)
-        loss_agg_mode: the aggregation mode of agg_loss
-        config: clip_eps (clip_ratio_low) and clip_eps_high (clip_ratio_high) bound the ratio
-        rollout_is_weights: (bs, response_length) importance weights on the policy loss, or None
-        global_batch_info: the normalizers agg_loss takes from the global batch
-    """
+    """The clipped policy objective of PPO on an importance ratio (bs, response_length), and its metrics; with
+    config.delta, the two-sided clip, whose unclipped ratio is bounded by delta too."""
     clip_ratio_low = config.clip_eps
     clip_ratio_high = config.clip_eps_high if config.clip_eps_high is not None else config.clip_eps
 
-    negative_approx_kl = log_prob - old_log_prob
-    # Clamp negative_approx_kl for stability
-    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
-    ratio = torch.exp(negative_approx_kl)
     ppo_kl = masked_mean(-negative_approx_kl, response_mask)
 
     pg_losses1 = -advantages * ratio
+    if config.delta is not None:
+        pg_losses1 = -advantages * torch.clamp(ratio, max=config.delta)
     pg_losses2 = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
     pg_losses = torch.minimum(pg_losses1, pg_losses2)
     pg_clipfrac = masked_mean(torch.lt(pg_losses2, pg_losses1).float(), response_mask)
@@ -469,11 +516,179 @@ def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_
     return pg_loss, pg_metrics
 
 
-def compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, rollout_is_threshold: float):
-    """Importance weights between the actor and the rollout engine, token by token, (bs, response_length)."""
+def compute_policy_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
+                        rollout_is_weights, global_batch_info: dict) -> tuple:
+    """
+    Compute the clipped policy objective and related metrics for PPO.
+
+    Args:
+        old_log_prob: (bs, response_length)
+        log_prob: (bs, response_length)
+        advantages: (bs, response_length)
+        response_mask: (bs, response_length)
+        loss_agg_mode: the aggregation mode of agg_loss
+        config: clip_eps (clip_ratio_low) and clip_eps_high (clip_ratio_high) bound the ratio
+        rollout_is_weights: (bs, response_length) weights on the policy loss, or None
+        global_batch_info: the normalizers agg_loss takes from the global batch
+    """
+    negative_approx_kl = log_prob - old_log_prob
+    # Clamp negative_approx_kl for stability
+    negative_approx_kl = torch.clamp(negative_approx_kl, min=-20.0, max=20.0)
+    ratio = torch.exp(negative_approx_kl)
+    return clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, loss_agg_mode, config,
+                               rollout_is_weights, global_batch_info)
+
+
+def compute_sequence_log_ratio(old_log_prob, log_prob, response_mask) -> tuple:
+    """(negative_approx_kl, negative_approx_kl_seq): the clamped log-ratio of every token, (bs, response_length), and
+    its mean over each response's tokens, (bs,)."""
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    seq_lengths = torch.sum(response_mask, dim=-1).clamp(min=1)
+    negative_approx_kl_seq = masked_sum(negative_approx_kl, response_mask, axis=-1) / seq_lengths
+    return negative_approx_kl, negative_approx_kl_seq
+
+
+def compute_policy_loss_gspo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
+                             rollout_is_weights, global_batch_info: dict) -> tuple:
+    """
+    Compute the clipped policy objective and related metrics for GSPO.
+
+    See https://arxiv.org/pdf/2507.18071 for more details. Arguments as compute_policy_loss.
+    """
+    # compute sequence-level importance ratio:
+    # si(θ) = (π_θ(yi|x)/π_θold(yi|x))^(1/|yi|) =
+    # exp [(1/|y_i|) * Σ_t log(π_θ(y_i,t|x,y_i,<t)/π_θold(y_i,t|x,y_i,<t))]
+    negative_approx_kl, negative_approx_kl_seq = compute_sequence_log_ratio(old_log_prob, log_prob, response_mask)
+    seq_importance_ratio = torch.exp(negative_approx_kl_seq).unsqueeze(-1).expand_as(log_prob)
+    return clipped_policy_loss(seq_importance_ratio, negative_approx_kl, advantages, response_mask, loss_agg_mode,
+                               config, rollout_is_weights, global_batch_info)
+
+
+def compute_importance_ratio(old_log_prob, log_prob, response_mask, config: GRPOConfig) -> tuple:
+    """(negative_approx_kl, ratio) of config.importance_sampling_level: per token, or the sequence's on each of its
+    tokens, (bs, response_length) each."""
+    if config.importance_sampling_level == "sequence":
+        negative_approx_kl, negative_approx_kl_seq = compute_sequence_log_ratio(old_log_prob, log_prob, response_mask)
+        return negative_approx_kl, torch.exp(negative_approx_kl_seq).unsqueeze(-1).expand_as(log_prob)
+    negative_approx_kl = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    return negative_approx_kl, torch.exp(negative_approx_kl)
+
+
+def compute_policy_loss_cispo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
+                              rollout_is_weights, global_batch_info: dict) -> tuple:
+    """
+    Compute the CISPO policy objective (https://arxiv.org/abs/2506.13585): the importance ratio, clipped at
+    clip_ratio_high (ScaleRL's 5.0 when it is None) and without gradient, weighs the log-prob. Arguments as
+    compute_policy_loss.
+    """
+    clip_ratio_high = config.clip_eps_high if config.clip_eps_high is not None else 5.0
+    negative_approx_kl, ratio = compute_importance_ratio(old_log_prob, log_prob, response_mask, config)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    clipped_ratio = torch.clamp(ratio, max=clip_ratio_high).detach()
+    pg_losses = -advantages * clipped_ratio * torch.where(response_mask, log_prob, 0.0)
+    pg_clipfrac = masked_mean(torch.gt(ratio, clip_ratio_high).float(), response_mask)
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+    pg_metrics = {
+        "actor/pg_clipfrac": pg_clipfrac.item(),
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
+    }
+    return pg_loss, pg_metrics
+
+
+def compute_policy_loss_sapo(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config: GRPOConfig,
+                             rollout_is_weights, global_batch_info: dict) -> tuple:
+    """
+    Compute the SAPO policy objective (https://arxiv.org/abs/2511.20347): a soft gate sigmoid(tau (ratio - 1)) 4 / tau
+    in place of the clip, tau_pos for a positive advantage and tau_neg otherwise. Arguments as compute_policy_loss.
+    """
+    negative_approx_kl, ratio = compute_importance_ratio(old_log_prob, log_prob, response_mask, config)
+    ppo_kl = masked_mean(-negative_approx_kl, response_mask)
+
+    tau = torch.where(advantages > 0, ratio.new_tensor(config.sapo_temperature_pos),
+                      ratio.new_tensor(config.sapo_temperature_neg))
+    pg_losses = -advantages * torch.sigmoid(tau * (ratio - 1)) * 4 / tau
+
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+
+    pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
+    pg_metrics = {
+        "actor/pg_clipfrac": 0.0,
+        "actor/ppo_kl": ppo_kl.item(),
+        "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
+    }
+    return pg_loss, pg_metrics
+
+
+POLICY_LOSS_REGISTRY = {
+    "vanilla": compute_policy_loss,
+    "gspo": compute_policy_loss_gspo,
+    "cispo": compute_policy_loss_cispo,
+    "sapo": compute_policy_loss_sapo,
+}
+
+
+def get_policy_loss_fn(config: GRPOConfig):
+    """actor.policy_loss.loss_mode of the config: cispo and sapo by loss_type, else gspo at the sequence level and
+    vanilla PPO at the token level."""
+    if config.loss_type in ("cispo", "sapo"):
+        return POLICY_LOSS_REGISTRY[config.loss_type]
+    return POLICY_LOSS_REGISTRY["gspo" if config.importance_sampling_level == "sequence" else "vanilla"]
+
+
+def compute_rollout_rejection_mask(rollout_is_weights, rollout_is_threshold_lower, rollout_is_threshold):
+    """1 where the importance weight lies within [rollout_is_threshold_lower, rollout_is_threshold] (a bound that is
+    None is none), 0 where the token or the sequence is rejected."""
+    keep = torch.ones_like(rollout_is_weights, dtype=torch.bool)
+    if rollout_is_threshold_lower is not None:
+        keep = keep & (rollout_is_weights >= rollout_is_threshold_lower)
+    if rollout_is_threshold is not None:
+        keep = keep & (rollout_is_weights <= rollout_is_threshold)
+    return keep.to(rollout_is_weights.dtype)
+
+
+def compute_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, config: GRPOConfig):
+    """Importance weights between the actor and the rollout engine, token by token or one per sequence (the product
+    over its tokens), as config.rollout_is_mode asks, (bs, response_length):
+    truncated into the thresholds, or zeroed outside them (rejection); is_cap truncates token by token at is_cap."""
+    rollout_is_mode = config.rollout_is_mode
+    lower, upper = config.rollout_is_clip_min, config.rollout_is_clip_max
+    if config.is_cap is not None:
+        rollout_is_mode, lower, upper = "token_truncate", None, config.is_cap
+    rollout_is, correction = rollout_is_mode.split("_")
     log_ratio = torch.where(response_mask.bool(), old_log_prob - rollout_log_prob, 0.0)
-    rollout_is_weights = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0)).clamp(max=rollout_is_threshold)
+    if rollout_is == "sequence":
+        log_ratio = log_ratio.sum(dim=-1, keepdim=True)  # (bs, 1)
+    rollout_is_weights = torch.exp(torch.clamp(log_ratio, min=-20.0, max=20.0))
+    if correction == "truncate":
+        rollout_is_weights = rollout_is_weights.clamp(min=lower, max=upper)
+    else:
+        rollout_is_weights = rollout_is_weights * compute_rollout_rejection_mask(rollout_is_weights, lower, upper)
     return (rollout_is_weights * response_mask).detach()
+
+
+def compute_off_policy_mask(log_prob, rollout_log_prob, advantages, response_mask, threshold: float):
+    """DeepSeek-V3.2's off-policy sequence mask, (bs, 1): 0 for a response with a negative advantage whose mean
+    log-ratio of the rollout policy to the actor (without gradient) is above the threshold, 1 otherwise."""
+    seq_lengths = torch.sum(response_mask, dim=-1, keepdim=True).clamp(min=1)
+    seq_kl = masked_sum(rollout_log_prob - log_prob.detach(), response_mask, axis=-1).unsqueeze(-1) / seq_lengths
+    is_pos_adv = (advantages >= 0).all(dim=-1, keepdim=True)  # advantages are 0 outside the response
+    return (is_pos_adv | (seq_kl <= threshold)).to(log_prob.dtype)
+
+
+def compute_high_entropy_mask(entropy, response_mask, top_entropy_quantile: float):
+    """The response tokens whose entropy is at or above the (1 - top_entropy_quantile) quantile of this micro-batch's
+    response tokens, (bs, response_length)."""
+    if not response_mask.any():
+        return response_mask.to(entropy.dtype)
+    threshold = torch.quantile(entropy[response_mask], 1 - top_entropy_quantile)
+    return ((entropy >= threshold) & response_mask).to(entropy.dtype)
 
 
 def global_batch_info(cfg: GRPOConfig, response_mask, batch_num_tokens=None, dp_size: int = 1) -> dict:
@@ -491,18 +706,30 @@ def global_batch_info(cfg: GRPOConfig, response_mask, batch_num_tokens=None, dp_
     }
 
 
-def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batch_info: dict) -> tuple:
-    """The actor's loss on one micro-batch: the clipped policy loss and the KL loss against the reference policy,
+def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batch_info: dict, entropy=None) -> tuple:
+    """The actor's loss on one micro-batch: the policy loss and the KL loss against the reference policy,
     aggregated by the loss_agg_mode of config.loss_type."""
     response_mask = data["response_mask"].to(bool)
     loss_agg_mode = LOSS_AGG_MODE[config.loss_type]
 
     rollout_is_weights = None
-    if config.is_cap is not None and data.get("rollout_log_probs") is not None:
+    if (config.is_cap is not None or config.rollout_is_mode is not None) and data.get("rollout_log_probs") is not None:
         rollout_is_weights = compute_rollout_is_weights(old_log_prob, data["rollout_log_probs"], response_mask,
-                                                        config.is_cap)
+                                                        config)
+    # the off-policy sequence mask and the high-entropy token mask weigh the policy loss as the rollout correction does
+    if config.off_policy_mask_threshold is not None:
+        rollout_log_prob = data.get("rollout_log_probs")
+        if rollout_log_prob is None:  # the actor sampled the batch itself
+            rollout_log_prob = old_log_prob
+        off_policy_mask = compute_off_policy_mask(log_prob, rollout_log_prob, data["advantages"], response_mask,
+                                                  config.off_policy_mask_threshold)
+        rollout_is_weights = off_policy_mask if rollout_is_weights is None else rollout_is_weights * off_policy_mask
+    if config.top_entropy_quantile < 1.0 and entropy is not None:
+        entropy_mask = compute_high_entropy_mask(entropy, response_mask, config.top_entropy_quantile)
+        rollout_is_weights = entropy_mask if rollout_is_weights is None else rollout_is_weights * entropy_mask
 
-    pg_loss, pg_metrics = compute_policy_loss(
+    policy_loss_fn = get_policy_loss_fn(config)
+    pg_loss, pg_metrics = policy_loss_fn(
         old_log_prob=old_log_prob,
         log_prob=log_prob,
         advantages=data["advantages"],
@@ -516,6 +743,9 @@ def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batc
     policy_loss = pg_loss
 
     kld = kl_penalty(logprob=log_prob, ref_logprob=data["ref_log_prob"], kl_penalty="kl")
+    if config.use_bias_correction_kl:  # the kl of the samples of pi_old, weighed back to the actor
+        ratio = compute_importance_ratio(old_log_prob, log_prob, response_mask, config)[1]
+        kld = kld * torch.where(response_mask, ratio, 0.0)
     kl_loss = agg_loss(loss_mat=kld, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **global_batch_info)
     policy_loss += kl_loss * config.beta
     metrics["actor/kl"] = masked_mean(kld, response_mask).item()
@@ -523,7 +753,7 @@ def ppo_loss(config: GRPOConfig, log_prob, old_log_prob, data: dict, global_batc
 
 
 def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOConfig, *, num_tokens=None,
-              sampler_logp=None) -> torch.Tensor:
+              sampler_logp=None, entropies=None) -> torch.Tensor:
     response_mask = completion_mask.bool()
     data = {
         "response_mask": response_mask,
@@ -533,7 +763,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
         "rollout_log_probs": sampler_logp,
     }
     batch_info = global_batch_info(cfg, response_mask, num_tokens)
-    policy_loss, _ = ppo_loss(cfg, logp, old_logp, data, batch_info)
+    policy_loss, _ = ppo_loss(cfg, logp, old_logp, data, batch_info, entropies)
     return policy_loss
 
 
@@ -600,11 +830,16 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
             mini_batch_metrics = defaultdict(float)
             actor_optimizer.zero_grad()
             for micro_batch in micro_batches:
-                log_prob = forward_micro_batch(actor_module, micro_batch.batch, temperature)
+                entropy = None
+                if cfg.top_entropy_quantile < 1.0:
+                    entropy, log_prob = forward_micro_batch(actor_module, micro_batch.batch, temperature,
+                                                            calculate_entropy=True)
+                else:
+                    log_prob = forward_micro_batch(actor_module, micro_batch.batch, temperature)
                 old_log_prob = log_prob.detach() if on_policy else micro_batch.batch["old_log_probs"]
 
                 policy_loss, micro_batch_metrics = ppo_loss(cfg, log_prob, old_log_prob, micro_batch.batch,
-                                                            batch_info)
+                                                            batch_info, entropy)
                 loss = policy_loss * loss_scale_factor
                 loss.backward()
 
@@ -817,7 +1052,8 @@ class PPOTrainer:
             # generate a batch: rollout.n responses to each prompt, the responses of a prompt sharing its uid
             batch = self.actor_rollout_wg.generate_sequences(batch.repeat(repeat_times=self.config.group_size))
             batch.non_tensor_batch["uid"] = assign_uid(len(batch), self.config.group_size)
-            batch.batch["response_mask"] = compute_response_mask(batch)
+            batch.batch["response_mask"] = compute_response_mask(batch, self.config.mask_truncated_completions,
+                                                                 self.task.eos_id)
 
             # reward: the score of each response
             reward_tensor = self._compute_scores(batch)

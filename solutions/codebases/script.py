@@ -6,11 +6,19 @@ group as its own baseline, and take clipped policy-gradient steps with a KL pena
 Out of the box it is the paper's recipe, and unlike a plain REINFORCE loop it keeps all of it: the PPO ratio+clip,
 the KL penalty, and the advantage divided by the group's std. What can be changed, and how:
 
-1) loss_type: how the per-token objective becomes one number (grpo, bnpo, dr_grpo, dapo).
+1) loss_type: how the per-token objective becomes one number (grpo, bnpo, dr_grpo, dapo), or another objective
+   altogether: cispo (MiniMax-M1: a capped, constant weight on the log-prob), sapo (a soft gate in place of the clip).
 2) scale_rewards: what the centred rewards are divided by (group, batch, or none as in Dr. GRPO).
-3) clip_eps_high: DAPO's clip-higher, a wider clip above the ratio than below it.
-4) is_cap: importance weights capped at is_cap, for a sampler that is not exactly pi_old (another engine, precision).
+3) clip_eps_high: DAPO's clip-higher, a wider clip above the ratio than below it (for cispo: the cap itself).
+4) is_cap: importance weights capped at is_cap, for a sampler that is not exactly pi_old (another engine, precision);
+   rollout_is_mode and its bounds do the same per token or per sample, truncated or masked.
 5) grad_accum_steps: the batch goes through the model in that many passes.
+6) importance_sampling_level: one ratio per token, or one per sample (GSPO).
+7) delta: INTELLECT-2's bound on the ratio where the clip does not hold it.
+8) top_entropy_quantile: only the tokens of highest entropy carry the policy gradient (Beyond the 80/20 Rule).
+9) mask_truncated_completions: a sample that never produced its eos is left out of the loss (DAPO).
+10) use_bias_correction_kl, off_policy_mask_threshold: DeepSeek-V3.2's KL weighed by the ratio, and its mask of bad
+   samples that drifted too far off-policy.
 
 1 process:
 python grpo.py
@@ -83,20 +91,42 @@ class GRPOConfig:
     max_grad_norm: float = 1.0 # gradient norm clipping
     num_iterations: int = 1 # iterations on each batch of rollouts (mu)
     # Objective
-    loss_type: str = "grpo" # grpo|bnpo|dr_grpo|dapo
+    loss_type: str = "grpo" # grpo|bnpo|dr_grpo|dapo|cispo|sapo
     scale_rewards: str = "group" # group|batch|none
     adv_eps: float = 1e-4 # added to the std the advantages are divided by
     clip_eps: float = 0.2 # PPO clip range
     clip_eps_high: float | None = None # DAPO clip-higher (None = clip_eps)
     is_cap: float | None = None # cap of the sampler importance weight (None = no correction)
     beta: float = 0.04 # weight of the KL penalty to the reference model
+    importance_sampling_level: str = "token" # token|sequence (GSPO: one ratio per sample)
+    sapo_temperature_pos: float = 1.0 # sapo: steepness of the gate for a good sample
+    sapo_temperature_neg: float = 1.05 # sapo: steepness of the gate for a bad one
+    delta: float | None = None # bound on the unclipped ratio (None = no bound), INTELLECT-2 uses 4
+    top_entropy_quantile: float = 1.0 # share of tokens, by entropy, that carry the policy gradient (1.0 = all)
+    mask_truncated_completions: bool = False # leave the samples that never produced their eos out of the loss
+    rollout_is_mode: str | None = None # token_truncate|token_mask|sequence_truncate|sequence_mask (None = off)
+    rollout_is_clip_min: float | None = None # lower bound of those importance weights (None = none)
+    rollout_is_clip_max: float | None = 3.0 # upper bound of those importance weights (None = none)
+    use_bias_correction_kl: bool = False # weigh the KL penalty by the ratio (DeepSeek-V3.2)
+    off_policy_mask_threshold: float | None = None # drop bad samples that drifted further than this (None = off)
 
     def __post_init__(self):
         assert self.group_size >= 2, f"Each example is compared with its own samples, so it needs 2 or more: {self.group_size}"
         assert self.temperature > 0, f"Sampling needs a temperature above zero (no greedy decoding here): {self.temperature}"
         assert self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}"
-        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo"), f"Expected grpo|bnpo|dr_grpo|dapo for the loss: {self.loss_type}"
+        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"), f"Expected grpo|bnpo|dr_grpo|dapo|cispo|sapo for the loss: {self.loss_type}"
         assert self.scale_rewards in ("group", "batch", "none"), f"Expected group|batch|none for the reward scaling: {self.scale_rewards}"
+        assert self.importance_sampling_level in ("token", "sequence"), f"Expected token|sequence for the importance sampling level: {self.importance_sampling_level}"
+        assert self.sapo_temperature_pos > 0 and self.sapo_temperature_neg > 0, f"The sapo gate needs positive temperatures: {self.sapo_temperature_pos}, {self.sapo_temperature_neg}"
+        assert self.delta is None or self.delta > 1, f"delta bounds a ratio that is 1 on policy, so it must be above 1: {self.delta}"
+        assert 0 <= self.top_entropy_quantile <= 1, f"top_entropy_quantile is a share of the tokens, from 0 to 1: {self.top_entropy_quantile}"
+        assert isinstance(self.mask_truncated_completions, bool) and isinstance(self.use_bias_correction_kl, bool), "mask_truncated_completions and use_bias_correction_kl are True or False"
+        assert self.rollout_is_mode in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"), f"Expected token_truncate|token_mask|sequence_truncate|sequence_mask for the rollout correction: {self.rollout_is_mode}"
+        assert self.is_cap is None or self.rollout_is_mode is None, "is_cap is rollout_is_mode=token_truncate with rollout_is_clip_max=is_cap: set one"
+        low, high = self.rollout_is_clip_min, self.rollout_is_clip_max
+        assert low is None or high is None or low < high, f"The rollout correction's bounds are the wrong way round: {low}, {high}"
+        assert self.rollout_is_mode is None or low is not None or high is not None, f"rollout_is_mode={self.rollout_is_mode} needs a bound"
+        assert self.off_policy_mask_threshold is None or self.off_policy_mask_threshold > 0, f"off_policy_mask_threshold must be positive: {self.off_policy_mask_threshold}"
 
     @property
     def clip_range(self):
@@ -210,9 +240,13 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
 
     # The forced pad was never drawn, so it has no log-prob (0), and nothing attends to it
     sampler_logp = torch.stack(logprob_columns, dim=1) * masks # (N, T)
+    train_mask = completion_mask(completion_ids, eos_id) # (N, T)
+    if cfg.mask_truncated_completions:
+        # A sample that ran out of tokens before its eos is left out of the loss (DAPO's overlong filtering)
+        train_mask = train_mask * (completion_ids == eos_id).any(dim=1, keepdim=True) # (N, T)
     return Rollout(input_ids=torch.cat([input_ids, completion_ids], dim=1),
                    attention_mask=torch.cat([attention_mask, masks], dim=1),
-                   completion_mask=completion_mask(completion_ids, eos_id),
+                   completion_mask=train_mask,
                    prompt_len=prompt_length,
                    sampler_logp=sampler_logp)
 
@@ -241,14 +275,20 @@ def get_inputs_targets(ids, mask_ids):
     targets[mask_ids[:, 1:] == 0] = -1 # <-- inplace modification right here. -1 is the ignore index
     return inputs, targets
 
-def get_logp(model, inputs, targets, attention_mask, temperature):
-    # The log-prob of every target at the sampling temperature; an ignored target (-1) gets 0
+def get_logp(model, inputs, targets, attention_mask, temperature, entropy=False):
+    # The log-prob of every target at the sampling temperature; an ignored target (-1) gets 0. With entropy=True, also
+    # the entropy of the distribution each target is scored under (B, L), from the same logits and without grad
     assert temperature > 0.0, "temperature must be positive"
     logits = model(inputs, attention_mask) # (B, L, V)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature # fp32 at least
     # Note that cross_entropy calculates NLL = -logp, so we negate
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1, reduction="none")
-    return -nll.view_as(targets) # (B, L)
+    if not entropy:
+        return -nll.view_as(targets) # (B, L)
+    with torch.no_grad():
+        logp_vocab = F.log_softmax(logits, dim=-1) # (B, L, V)
+        entropies = -(logp_vocab.exp() * logp_vocab).sum(dim=-1) # (B, L)
+    return -nll.view_as(targets), entropies
 
 def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
     # Every column is a target here; the ones past the prompt are the completion's
@@ -256,45 +296,109 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
     logp = get_logp(model, inputs, targets, attention_mask[:, :-1], temperature) # (N, P+T-1)
     return logp[:, prompt_len - 1:] # (N, T)
 
+def token_entropies(model, input_ids, attention_mask, prompt_len, temperature):
+    # The entropy of the distribution each completion token is scored under, as token_logprobs scores it
+    inputs, targets = get_inputs_targets(input_ids, torch.ones_like(input_ids))
+    _, entropy = get_logp(model, inputs, targets, attention_mask[:, :-1], temperature, entropy=True) # (N, P+T-1)
+    return entropy[:, prompt_len - 1:] # (N, T)
+
 def kl_penalty(logp, ref_logp):
     # Schulman's "k3" approximation of the KL divergence from the reference model, per sampled token
     log_ratio = ref_logp - logp
     return torch.expm1(log_ratio) - log_ratio
 
-def ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp=None):
-    # The objective of every token, (B, L): PPO's clipped surrogate less the KL penalty. An ignored token comes in with
-    # log-probs of 0, so its ratio is 1 and its KL 0. The ratio, the clipped ratio and the KL come back too, for logging
+def sample_mean(x, valid):
+    # The mean of x over the valid tokens of each sample, (B, L) -> (B, 1)
+    return (x * valid).sum(dim=-1, keepdim=True) / valid.sum(dim=-1, keepdim=True).clamp(min=1)
+
+def high_entropy_tokens(entropy, valid, quantile):
+    # Beyond the 80/20 Rule: the tokens at or above the (1 - quantile) quantile of the valid tokens' entropies, (B, L)
+    if not valid.any():
+        return valid
+    threshold = torch.quantile(entropy[valid], 1 - quantile)
+    return (entropy >= threshold) & valid
+
+def importance_weights(logp, sampler_logp, cfg):
+    # The weight logp / sampler_logp in probability space, per token or one per sample (the product over its tokens).
+    # The *_truncate modes clamp it into the bounds and the *_mask modes zero it outside them; is_cap is the per-token
+    # truncation with a cap and no floor. An ignored token has log-probs of 0 on both sides, so its weight is 1
+    mode, low, high = cfg.rollout_is_mode, cfg.rollout_is_clip_min, cfg.rollout_is_clip_max
+    if cfg.is_cap is not None:
+        mode, low, high = "token_truncate", None, cfg.is_cap
+    log_weights = logp - sampler_logp # (B, L)
+    if mode.startswith("sequence"):
+        log_weights = log_weights.sum(dim=-1, keepdim=True) # (B, 1)
+    weights = log_weights.exp()
+    if mode.endswith("truncate"):
+        return weights.clamp(min=low, max=high)
+    outside = torch.zeros_like(weights, dtype=torch.bool)
+    if low is not None:
+        outside |= weights < low
+    if high is not None:
+        outside |= weights > high
+    return weights.masked_fill(outside, 0.0)
+
+def ppo_objective(logp, old_logp, ref_logp, advantages, valid, cfg, sampler_logp=None, entropy=None):
+    # The objective of every token, (B, L): the policy term of loss_type less the KL penalty. An ignored token comes in
+    # with log-probs of 0, so its ratio is 1 and its KL 0 (valid says which tokens are not ignored). The ratio, the
+    # clipped ratio and the KL come back too, for logging
     ratio = torch.exp(logp - old_logp) # (B, L)
+    if cfg.importance_sampling_level == "sequence":
+        # GSPO: one ratio per sample, exp of the mean of its tokens' log-ratios, on every one of its tokens
+        ratio = torch.where(valid, sample_mean(logp - old_logp, valid).exp(), ratio) # (B, L)
     advantages = advantages.unsqueeze(-1)
-    # PPO's clip, on the side each sample's advantage pushes its ratio: up to ratio_max for a good sample, down to
-    # ratio_min for a bad one, and no further
-    ratio_min, ratio_max = cfg.clip_range
-    clipped_ratio = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) # (B, L)
-    pg_obj = clipped_ratio * advantages # (B, L)
-    # Truncated importance sampling, for a sampler that is not exactly pi_old (another engine, another precision). It
-    # takes a cap (is_cap) and the log-probs the sampler drew each token with; without either, no correction
-    use_importance_weights = cfg.is_cap is not None and sampler_logp is not None
+    if cfg.loss_type == "cispo":
+        # CISPO: the ratio, capped and held constant, weighs the log-prob itself (the cap is 5 when none is given)
+        clipped_ratio = ratio.clamp(max=5.0 if cfg.clip_eps_high is None else cfg.clip_eps_high) # (B, L)
+        pg_obj = clipped_ratio.detach() * advantages * logp # (B, L)
+    elif cfg.loss_type == "sapo":
+        # SAPO: a soft gate in place of the clip, steeper for a bad sample (temperature neg) than for a good one
+        temperature = torch.where(advantages > 0, ratio.new_tensor(cfg.sapo_temperature_pos), ratio.new_tensor(cfg.sapo_temperature_neg)) # (B, 1)
+        clipped_ratio = ratio # nothing is clipped
+        pg_obj = torch.sigmoid(temperature * (ratio - 1)) * 4 / temperature * advantages # (B, L)
+    else:
+        # PPO's clip, on the side each sample's advantage pushes its ratio: up to ratio_max for a good sample, down to
+        # ratio_min for a bad one, and no further
+        ratio_min, ratio_max = cfg.clip_range
+        clipped_ratio = torch.where(advantages > 0, ratio.clamp(max=ratio_max), ratio.clamp(min=ratio_min)) # (B, L)
+        if cfg.delta is not None:
+            # INTELLECT-2: a ratio above delta counts as delta, also where the clip would let a bad sample's through
+            clipped_ratio = torch.where(advantages > 0, clipped_ratio.clamp(max=cfg.delta), torch.minimum(clipped_ratio, ratio.clamp(ratio_min, ratio_max).clamp(min=cfg.delta))) # (B, L)
+        pg_obj = clipped_ratio * advantages # (B, L)
+    # DeepSeek-V3.2: a bad sample whose tokens drifted too far from what sampled them (the sampler's log-probs, or
+    # pi_old's without them) is left out of the policy term
+    if cfg.off_policy_mask_threshold is not None:
+        behaviour_logp = old_logp if sampler_logp is None else sampler_logp
+        drift = sample_mean(behaviour_logp - logp.detach(), valid) # (B, 1)
+        pg_obj = pg_obj * ((advantages >= 0) | (drift <= cfg.off_policy_mask_threshold))
+    # Only the tokens of highest entropy carry the policy gradient, when top_entropy_quantile asks for it
+    if cfg.top_entropy_quantile < 1.0 and entropy is not None:
+        pg_obj = pg_obj * high_entropy_tokens(entropy, valid, cfg.top_entropy_quantile)
+    # Importance sampling, for a sampler that is not exactly pi_old (another engine, another precision). It takes a cap
+    # (is_cap) or a mode (rollout_is_mode), and the log-probs the sampler drew each token with; without, no correction
+    use_importance_weights = (cfg.is_cap is not None or cfg.rollout_is_mode is not None) and sampler_logp is not None
     if use_importance_weights:
-        importance_weights = (old_logp - sampler_logp).exp().clamp(max=cfg.is_cap) # (B, L)
-        pg_obj = pg_obj * importance_weights
-    # The KL penalty, against the reference model
+        pg_obj = pg_obj * importance_weights(old_logp, sampler_logp, cfg)
+    # The KL penalty, against the reference model; DeepSeek-V3.2 weighs it by the ratio
     kl = kl_penalty(logp, ref_logp) # (B, L)
+    if cfg.use_bias_correction_kl:
+        kl = kl * ratio
     return pg_obj - cfg.beta * kl, ratio, clipped_ratio, kl
 
 def normalize(pg_obj, valid, cfg, num_samples, num_passes, num_tokens):
     # One pass's share of the batch's objective, as loss_type says: the batch has num_samples samples holding num_tokens
     # valid tokens, and goes through the model in num_passes passes. The token-level normalization of each pass that
     # is often called DAPO-style is bnpo here; dapo counts the valid tokens of the whole batch
-    if cfg.loss_type == "grpo": # DeepSeekMath: each sample's mean over its own tokens, then the mean over samples
+    if cfg.loss_type in ("grpo", "sapo"): # DeepSeekMath: each sample's mean over its own tokens, then the mean over samples
         return ((pg_obj * valid).sum(dim=1) / valid.sum(dim=1).clamp(min=1)).sum() / num_samples
     pg_obj = (pg_obj * valid).sum()
     if cfg.loss_type == "bnpo": # the mean over the valid tokens of each pass, averaged over the passes
         return pg_obj / (valid.sum().clamp(min=1) * num_passes)
     if cfg.loss_type == "dr_grpo": # Dr. GRPO: a constant, as if every sample were max_new_tokens long
         return pg_obj / (num_samples * cfg.max_new_tokens)
-    return pg_obj / num_tokens # dapo: the mean over the valid tokens of the whole batch
+    return pg_obj / num_tokens # dapo and cispo: the mean over the valid tokens of the whole batch
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None):
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None, entropies=None):
     # The loss of one pass over a whole batch. The positions under the mask are ignored targets: their log-probs are 0
     valid = completion_mask > 0 # (N, T)
     logp, old_logp, ref_logp = logp.clone(), old_logp.clone(), ref_logp.clone() # clone to avoid in-place modification:
@@ -302,7 +406,9 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num
     if sampler_logp is not None:
         sampler_logp = sampler_logp.clone()
         sampler_logp[~valid] = 0.0
-    pg_obj, _, _, _ = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
+    if entropies is not None:
+        entropies = entropies.masked_fill(~valid, 0.0)
+    pg_obj, _, _, _ = ppo_objective(logp, old_logp, ref_logp, advantages, valid, cfg, sampler_logp, entropies)
     num_tokens = valid.sum().clamp(min=1) if num_tokens is None else num_tokens
     # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
     return -normalize(pg_obj, valid, cfg, valid.size(0), 1, num_tokens)
@@ -357,8 +463,11 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
             targets = targets_all[b0:b1]
             attention_mask = attention_mask_all[b0:b1]
             advantages = advantages_all[b0:b1]
-            # Calculate log probabilities
-            logp = get_logp(model, inputs, targets, attention_mask, cfg.temperature) # (B, L)
+            # Calculate log probabilities, and the entropies where only the high-entropy tokens carry the gradient
+            if cfg.top_entropy_quantile < 1.0:
+                logp, entropy = get_logp(model, inputs, targets, attention_mask, cfg.temperature, entropy=True) # (B, L) each
+            else:
+                logp, entropy = get_logp(model, inputs, targets, attention_mask, cfg.temperature), None # (B, L)
             if iteration == 0:
                 # We are on policy in the first iteration: these are the log-probs of pi_old, which the later iterations
                 # take their ratio against. The reference model scores the same tokens, once
@@ -369,7 +478,7 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
             # Calculate the PG objective of every token. Note that ignore_index=-1 gives the invalid tokens log-probs of 0,
             # so they have a ratio of 1 and a KL of 0: normalize counts the valid ones only
             sampler_logp = None if sampler_logp_all is None else sampler_logp_all[b0:b1]
-            pg_obj, ratio, clipped_ratio, kl = ppo_objective(logp, old_logp, ref_logp, advantages, cfg, sampler_logp)
+            pg_obj, ratio, clipped_ratio, kl = ppo_objective(logp, old_logp, ref_logp, advantages, targets >= 0, cfg, sampler_logp, entropy)
             # normalize by the samples, the valid tokens and the passes of the batch, as loss_type says
             pg_obj = normalize(pg_obj, targets >= 0, cfg, num_rows, num_passes, num_tokens)
             # Finally, formulate the loss that we want to minimize (instead of objective we wish to maximize)
@@ -379,6 +488,8 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
             # moved their ratio against their advantage). An ignored token has a ratio of 1 and a KL of 0
             with torch.no_grad():
                 clipped = (clipped_ratio - ratio) * advantages.unsqueeze(-1) < 0
+                if cfg.loss_type == "cispo": # the tokens whose weight the cap held down, whatever their advantage
+                    clipped = (clipped_ratio < ratio) & (targets >= 0)
                 loss_sum += loss.item()
                 kl_sum += kl.sum().item()
                 clipped_count += clipped.sum().item()

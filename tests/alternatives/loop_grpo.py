@@ -9,7 +9,9 @@ The whole contract, in this file's own way:
   divides each micro-batch's numerator by the whole batch's denominator instead of rescaling a per-call loss;
 - under DistributedDataParallel the no-grad passes run on the bare module, and every micro-batch but the last
   runs inside no_sync(), so gradients are all-reduced once per optimizer step;
-- train uses one generator per rank (seed + rank) for both the prompts and the Gumbel noise."""
+- train uses one generator per rank (seed + rank) for both the prompts and the Gumbel noise;
+- TRL 1.16's options on the packed vector too: row sums by index_add_ (the sequence ratio, the sequence sampler
+  weight, the off-policy drift), the entropy threshold from a sort, entropies as logsumexp minus the mean logit."""
 import copy
 import math
 from contextlib import nullcontext
@@ -19,7 +21,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-_AGGREGATIONS = ("grpo", "bnpo", "dr_grpo", "dapo")
+_AGGREGATIONS = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo")
+_CORRECTIONS = (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 _REWARD_SCALES = ("group", "batch", "none")
 
 
@@ -39,6 +42,17 @@ class GRPOConfig:
     clip_eps_high: float | None = None
     grad_accum_steps: int = 1
     is_cap: float | None = None
+    importance_sampling_level: str = "token"
+    sapo_temperature_pos: float = 1.0
+    sapo_temperature_neg: float = 1.05
+    delta: float | None = None
+    top_entropy_quantile: float = 1.0
+    mask_truncated_completions: bool = False
+    rollout_is_mode: str | None = None
+    rollout_is_clip_min: float | None = None
+    rollout_is_clip_max: float | None = 3.0
+    use_bias_correction_kl: bool = False
+    off_policy_mask_threshold: float | None = None
 
     def __post_init__(self):
         problems = [why for bad, why in [
@@ -48,6 +62,11 @@ class GRPOConfig:
             (self.scale_rewards not in _REWARD_SCALES,
              f"scale_rewards {self.scale_rewards!r} is not one of {_REWARD_SCALES}"),
             (self.grad_accum_steps < 1, "grad_accum_steps must be at least 1"),
+            (self.importance_sampling_level not in ("token", "sequence"), "importance_sampling_level: token, sequence"),
+            (self.rollout_is_mode not in _CORRECTIONS, f"rollout_is_mode {self.rollout_is_mode!r} is not one of "
+                                                       f"{_CORRECTIONS}"),
+            (self.is_cap is not None and self.rollout_is_mode is not None, "is_cap and rollout_is_mode: choose one"),
+            (not 0.0 <= self.top_entropy_quantile <= 1.0, "top_entropy_quantile must lie in [0, 1]"),
         ] if bad]
         if problems:
             raise ValueError("; ".join(problems))
@@ -86,8 +105,10 @@ def generate(policy, prompt_ids, prompt_mask, cfg, *, eos_id, pad_id, generator=
             alive = alive & (tok != eos_id)
             if not alive.any():
                 break
-    return Rollout(ids.clone(), mask.clone(), completion_mask(ids[:, P:], eos_id).clone(), P,
-                   torch.stack(drawn_with, dim=1).clone())
+        loss_mask = completion_mask(ids[:, P:], eos_id)
+        if cfg.mask_truncated_completions:  # a row still alive after max_new_tokens never ended
+            loss_mask = loss_mask & ~alive.unsqueeze(1)
+    return Rollout(ids.clone(), mask.clone(), loss_mask.clone(), P, torch.stack(drawn_with, dim=1).clone())
 
 
 def _unbiased_std(values):
@@ -120,32 +141,87 @@ def token_logprobs(model, input_ids, attention_mask, prompt_len, temperature):
     return picked - torch.logsumexp(logits, dim=2)
 
 
+def token_entropies(model, input_ids, attention_mask, prompt_len, temperature):
+    T = input_ids.shape[1] - prompt_len
+    raw = model(input_ids, attention_mask)[:, -T - 1:-1, :]
+    logits = (raw if raw.dtype == torch.float64 else raw.float()) / temperature
+    return torch.logsumexp(logits, dim=2) - (logits.softmax(dim=2) * logits).sum(dim=2)
+
+
 def kl_penalty(logp, ref_logp):
     x = ref_logp - logp
     return torch.expm1(x) - x
 
 
-def _packed_terms(logp, old_logp, ref_logp, advantages, completion_mask, cfg, sampler_logp=None):
+def _per_row(values, rows, n):
+    """(M,) token values -> (n,) each row's sum."""
+    return torch.zeros(n, dtype=values.dtype, device=values.device).index_add(0, rows, values)
+
+
+def _kth(sorted_values, q):
+    """The q-quantile of an ascending vector, between its two nearest ranks."""
+    pos = q * (sorted_values.numel() - 1)
+    below = int(math.floor(pos))
+    above = min(below + 1, sorted_values.numel() - 1)
+    return sorted_values[below] + (pos - below) * (sorted_values[above] - sorted_values[below])
+
+
+def _packed_terms(logp, old_logp, ref_logp, advantages, completion_mask, cfg, sampler_logp=None, entropies=None):
     """The per-token loss of every completion token, packed row after row into one vector, and each row's token
     count. Only the positions under the mask are ever indexed, so pad, inf or NaN elsewhere cannot leak in."""
     keep = completion_mask.bool()
+    n = keep.shape[0]
     lengths = keep.sum(dim=1)                                    # (N,)
+    rows = torch.arange(n, device=keep.device).repeat_interleave(lengths)  # (M,) the row of each token
     lp = logp[keep]                                              # (M,) differentiable
     old = old_logp.detach()[keep]
     ref = ref_logp.detach()[keep]
     a = advantages.detach().to(lp.dtype).repeat_interleave(lengths)  # (M,) each token carries its row's A
-    ratio = (lp - old).exp()
+    log_r = lp - old
+    if cfg.importance_sampling_level == "sequence":
+        log_r = (_per_row(log_r, rows, n) / lengths.clamp(min=1))[rows]
+    ratio = log_r.exp()
     upper = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
-    objective = torch.minimum(ratio * a, ratio.clamp(1 - cfg.clip_eps, 1 + upper) * a)
-    if cfg.is_cap is not None and sampler_logp is not None:
-        drift = old - sampler_logp.detach()[keep].to(lp.dtype)  # log pi_old / pi_sampler
-        objective = objective * drift.exp().clamp(max=cfg.is_cap).detach()
-    return cfg.beta * kl_penalty(lp, ref) - objective, lengths
+    if cfg.loss_type == "cispo":
+        objective = ratio.clamp(max=5.0 if cfg.clip_eps_high is None else cfg.clip_eps_high).detach() * a * lp
+    elif cfg.loss_type == "sapo":
+        tau = torch.full_like(a, cfg.sapo_temperature_neg).masked_fill(a > 0, cfg.sapo_temperature_pos)
+        objective = 4 / tau * torch.sigmoid(tau * (ratio - 1)) * a
+    else:
+        free = ratio if cfg.delta is None else torch.minimum(ratio, torch.full_like(ratio, cfg.delta))
+        objective = torch.minimum(free * a, ratio.clamp(1 - cfg.clip_eps, 1 + upper) * a)
+    behaviour = None if sampler_logp is None else sampler_logp.detach()[keep].to(lp.dtype)
+    if cfg.off_policy_mask_threshold is not None:
+        seen_by = old if behaviour is None else behaviour
+        drift = _per_row(seen_by - lp.detach(), rows, n) / lengths.clamp(min=1)
+        dropped = (advantages.detach() < 0) & (drift > cfg.off_policy_mask_threshold)
+        objective = objective * (~dropped)[rows]
+    if cfg.top_entropy_quantile < 1.0 and entropies is not None and lp.numel():
+        h = entropies.detach()[keep]
+        objective = objective * (h >= _kth(h.sort().values, 1.0 - cfg.top_entropy_quantile))
+    mode, low, high = cfg.rollout_is_mode, cfg.rollout_is_clip_min, cfg.rollout_is_clip_max
+    if cfg.is_cap is not None:
+        mode, low, high = "token_truncate", None, cfg.is_cap
+    if mode is not None and behaviour is not None:
+        drift = old - behaviour                                  # log pi_old / pi_sampler
+        if mode.startswith("sequence"):
+            drift = _per_row(drift, rows, n)[rows]
+        w = drift.exp()
+        if mode.endswith("truncate"):
+            w = w.clamp(min=low, max=high)
+        else:
+            inside = (w >= (-math.inf if low is None else low)) & (w <= (math.inf if high is None else high))
+            w = torch.where(inside, w, torch.zeros_like(w))
+        objective = objective * w.detach()
+    kl = kl_penalty(lp, ref)
+    if cfg.use_bias_correction_kl:
+        kl = kl * ratio
+    return cfg.beta * kl - objective, lengths
 
 
 def _numerator(terms, lengths, cfg):
     """grpo: the sum over rows of each row's token mean; every other loss type: the plain token sum."""
-    if cfg.loss_type != "grpo":
+    if cfg.loss_type not in ("grpo", "sapo"):
         return terms.sum()
     total = terms.sum() * 0.0  # keeps the graph when no row has a token
     for row in terms.split(lengths.tolist()):
@@ -154,11 +230,14 @@ def _numerator(terms, lengths, cfg):
     return total
 
 
-def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None):
-    terms, lengths = _packed_terms(logp, old_logp, ref_logp, advantages, completion_mask, cfg, sampler_logp)
+def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg, *, num_tokens=None, sampler_logp=None,
+              entropies=None):
+    terms, lengths = _packed_terms(logp, old_logp, ref_logp, advantages, completion_mask, cfg, sampler_logp,
+                                   entropies)
     rows, tokens = lengths.numel(), int(lengths.sum())
-    denominator = {"grpo": rows, "bnpo": max(tokens, 1), "dr_grpo": rows * cfg.max_new_tokens,
-                   "dapo": max(tokens, 1) if num_tokens is None else float(num_tokens)}[cfg.loss_type]
+    by_count = max(tokens, 1) if num_tokens is None else float(num_tokens)
+    denominator = {"grpo": rows, "sapo": rows, "bnpo": max(tokens, 1), "dr_grpo": rows * cfg.max_new_tokens,
+                   "dapo": by_count, "cispo": by_count}[cfg.loss_type]
     return _numerator(terms, lengths, cfg) / denominator
 
 
@@ -185,7 +264,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
     N = keep.shape[0]
     bare = policy.module if isinstance(policy, DistributedDataParallel) else policy
     chunks = list(_slices(N, cfg.grad_accum_steps))
-    sampler = rollout.sampler_logp if cfg.is_cap is not None else None
+    sampler = rollout.sampler_logp
 
     def score(model, sl):
         return token_logprobs(model, rollout.input_ids[sl], rollout.attention_mask[sl], rollout.prompt_len,
@@ -196,16 +275,16 @@ def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
         old = None if cfg.num_iterations == 1 else [score(bare, sl) for sl in chunks]
 
     # what each micro-batch's numerator is divided by, so the micro-batches add up to the configured loss
-    if cfg.loss_type == "dapo":
+    if cfg.loss_type in ("dapo", "cispo"):
         _, world = _ranks()
         count = torch.tensor(float(keep.sum()))
         if world > 1:
             dist.all_reduce(count)  # tokens on every rank; each rank divides by its average share
         everyone = max(float(count), 1.0) / world
-    split_by = {"grpo": lambda tokens: N,
+    split_by = {"grpo": lambda tokens: N, "sapo": lambda tokens: N,
                 "dr_grpo": lambda tokens: N * cfg.max_new_tokens,
                 "bnpo": lambda tokens: max(tokens, 1) * cfg.grad_accum_steps,
-                "dapo": lambda tokens: everyone}[cfg.loss_type]
+                "dapo": lambda tokens: everyone, "cispo": lambda tokens: everyone}[cfg.loss_type]
 
     upper = cfg.clip_eps if cfg.clip_eps_high is None else cfg.clip_eps_high
     log = []
@@ -220,8 +299,13 @@ def grpo_step(policy, ref_policy, optimizer, rollout, rewards, cfg):
                 logp = score(policy, sl)
                 before = logp.detach() if old is None else old[i]
                 piece_mask = keep[sl]
+                heat = None
+                if cfg.top_entropy_quantile < 1.0:
+                    with torch.no_grad():
+                        heat = token_entropies(bare, rollout.input_ids[sl], rollout.attention_mask[sl],
+                                               rollout.prompt_len, cfg.temperature)
                 terms, lengths = _packed_terms(logp, before, ref[i], adv[sl], piece_mask, cfg,
-                                               None if sampler is None else sampler[sl])
+                                               None if sampler is None else sampler[sl], heat)
                 piece = _numerator(terms, lengths, cfg) / split_by(int(lengths.sum()))
                 piece.backward()
             loss_total += float(piece.detach())

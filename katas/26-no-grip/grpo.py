@@ -822,10 +822,10 @@ def update_policy(actor_module, actor_optimizer, data: DataProto, cfg: GRPOConfi
     temperature = data.meta_info["temperature"]
     dp_size = get_data_parallel_size()
 
-    # one mini-batch, the whole batch: one optimizer step per epoch
-    mini_batches = data.chunk(1)
+    # one mini-batch, the whole batch (ppo_mini_batch_size is the batch's size here): one optimizer step per epoch
+    mini_batches = [data]
 
-    on_policy = len(mini_batches) == 1 and cfg.num_iterations == 1
+    on_policy = cfg.num_iterations == 1
 
     metrics = defaultdict(list)
     for epoch in range(cfg.num_iterations):

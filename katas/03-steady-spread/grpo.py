@@ -505,7 +505,6 @@ def grpo_step(model, ref_model, optimizer, rollout, rewards, cfg):
         grad_norms.append(grad_norm.item())
 
     # Report loss, KL and ratio from iteration 0, while the model still equals pi_old; clip and grad norm from the final one
-    # (iteration 0's pi_old is its own log-probs, so its ratio is exactly 1: ratio_dev reads 0 by construction)
     return {"loss": losses[0], "kl": kls[0], "ratio_dev": ratio_devs[0], "clip_frac": clip_fracs[-1], "grad_norm": grad_norms[-1],
             "adv_std": advantages_all.std().item(), "completion_len": (targets_all >= 0).sum(dim=1).float().mean().item()}
 

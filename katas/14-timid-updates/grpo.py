@@ -298,6 +298,9 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
         std_from_batch: `(bool)`
             scale by the std of the whole batch instead of each group's (the group means stay)
 
+    Note:
+        If norm_adv_by_std_in_grpo is True, the advantage is scaled by the std, as in the original GRPO.
+        If False, the advantage is not scaled, as in Dr.GRPO (https://arxiv.org/abs/2503.20783).
 
     Returns:
         advantages: `(torch.Tensor)`
@@ -329,9 +332,9 @@ def compute_grpo_outcome_advantage(token_level_rewards: torch.Tensor, response_m
             id2std = dict.fromkeys(id2std, torch.std(scores))
         for i in range(bsz):
             if norm_adv_by_std_in_grpo:
-                scores[i] = scores[i] - id2mean[index[i]]
-            else:
                 scores[i] = (scores[i] - id2mean[index[i]]) / (id2std[index[i]] + epsilon)
+            else:
+                scores[i] = scores[i] - id2mean[index[i]]
         scores = scores.unsqueeze(-1) * response_mask
 
     return scores, scores
@@ -341,7 +344,7 @@ def group_advantages(rewards: torch.Tensor, group_size: int, eps: float, scale: 
     token_level_rewards = rewards.unsqueeze(-1)  # (bs, 1): each score on a response of one token
     advantages, _ = compute_grpo_outcome_advantage(token_level_rewards, torch.ones_like(token_level_rewards),
                                                    assign_uid(len(rewards), group_size), epsilon=eps,
-                                                   norm_adv_by_std_in_grpo=scale in ("group", "batch"),
+                                                   norm_adv_by_std_in_grpo=scale == "none",
                                                    std_from_batch=scale == "batch")
     return advantages.squeeze(-1)
 
@@ -352,7 +355,7 @@ def compute_advantage(data: DataProto, cfg: GRPOConfig) -> DataProto:
         response_mask=data.batch["response_mask"],
         index=data.non_tensor_batch["uid"],
         epsilon=cfg.adv_eps,
-        norm_adv_by_std_in_grpo=cfg.scale_rewards in ("group", "batch"),
+        norm_adv_by_std_in_grpo=cfg.scale_rewards == "none",
         std_from_batch=cfg.scale_rewards == "batch",
     )
     data.batch["advantages"] = advantages
@@ -512,7 +515,6 @@ def clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, lo
     pg_metrics = {
         "actor/pg_clipfrac": pg_clipfrac.item(),
         "actor/ppo_kl": ppo_kl.item(),
-        # 0 by construction on policy, where update_policy's old_log_prob is log_prob itself
         "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
     }
     return pg_loss, pg_metrics

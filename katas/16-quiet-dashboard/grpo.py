@@ -1058,9 +1058,6 @@ class GRPOTrainer:
             model, input_ids, attention_mask, logits_to_keep, compute_entropy=self.top_entropy_quantile < 1.0
         )
 
-        # When num_iterations == 1 and steps_per_generation <= gradient_accumulation_steps,
-        # old_per_token_logps == per_token_logps. In this case we can skip its computation
-        # (see _generate_and_score_completions) and instead use per_token_logps.detach().
         old_per_token_logps = inputs.get("old_per_token_logps")
         old_per_token_logps = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
 
@@ -1114,8 +1111,7 @@ class GRPOTrainer:
 
     def _log_token_metrics(self, token_sums, ratio_deviation) -> None:
         # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
-        # optimizer step and turned into means when it is taken. ratio_deviation/max is the window's largest
-        # |ratio - 1|: 0 where the old log-probs are this pass's own (num_iterations 1)
+        # optimizer step and turned into means when it is taken
         if self._window_token_sums is None:
             self._window_token_sums = token_sums
         else:

@@ -265,10 +265,10 @@ def rollout_weights(old_logp, sampler_logp, keep, cfg: GRPOConfig) -> torch.Tens
     if cfg.is_cap is not None:
         mode, lo, hi = "token_truncate", None, cfg.is_cap
     lo, hi = -math.inf if lo is None else lo, math.inf if hi is None else hi
-    drift = torch.where(keep, old_logp - sampler_logp, 0.0)               # (N, T)
+    drift = torch.where(keep, sampler_logp - old_logp, 0.0)               # (N, T)
     if mode.startswith("sequence"):
         drift = drift.sum(dim=1, keepdim=True).expand_as(drift)           # (N, T) the row's, on each token
-    weight = torch.exp(-drift).detach()                                   # (N, T)
+    weight = torch.exp(drift).detach()                                    # (N, T)
     if mode.endswith("truncate"):
         return weight.clamp(lo, hi)                                       # (N, T)
     return weight.where((weight >= lo) & (weight <= hi), 0.0)             # (N, T)

@@ -599,10 +599,8 @@ def token_logprobs_and_entropies(
     logits = logits[:, -logits_to_keep:, :]  # (N, T, V)
     if logits.dtype not in [torch.float32, torch.float64]:
         logits = logits.float()
-        # Divide logits by sampling temperature
-        logits.div_(temperature)
     completion_ids = input_ids[:, -logits_to_keep:]
-    logps = selective_log_softmax(logits, completion_ids)
+    logps = selective_log_softmax(logits, completion_ids).div_(temperature)
     entropies = None
     if compute_entropy:
         with torch.no_grad():
@@ -1053,9 +1051,6 @@ class GRPOTrainer:
         )
         num_items_in_batch = self.accelerator.reduce(completion_mask.sum().float(), reduction="sum")
 
-        # When num_iterations == 1 and steps_per_generation <= gradient_accumulation_steps,
-        # old_per_token_logps == per_token_logps. In this case we can skip its computation
-        # (see _generate_and_score_completions) and instead use per_token_logps.detach().
         old_per_token_logps = inputs.get("old_per_token_logps")
         old_per_token_logps = per_token_logps.detach() if old_per_token_logps is None else old_per_token_logps
 
@@ -1109,8 +1104,7 @@ class GRPOTrainer:
 
     def _log_token_metrics(self, token_sums, ratio_deviation) -> None:
         # Micro-batches hold different numbers of tokens, so the token sums are accumulated over the window of one
-        # optimizer step and turned into means when it is taken. ratio_deviation/max is the window's largest
-        # |ratio - 1|: 0 where the old log-probs are this pass's own (num_iterations 1)
+        # optimizer step and turned into means when it is taken
         if self._window_token_sums is None:
             self._window_token_sums = token_sums
         else:

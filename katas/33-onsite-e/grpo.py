@@ -515,7 +515,6 @@ def clipped_policy_loss(ratio, negative_approx_kl, advantages, response_mask, lo
     pg_metrics = {
         "actor/pg_clipfrac": pg_clipfrac.item(),
         "actor/ppo_kl": ppo_kl.item(),
-        # 0 by construction on policy, where update_policy's old_log_prob is log_prob itself
         "actor/ppo_ratio_dev": torch.where(response_mask, (ratio - 1).abs(), 0.0).max().item(),
     }
     return pg_loss, pg_metrics

@@ -25,7 +25,7 @@ def setup(grpo, gen, sampler_drift=0.0, dtype=torch.float64, uneven=False, ref_d
             p.add_(torch.randn(p.shape, generator=gen) * ref_drift)  # the policy has drifted from the reference
     N_prompts, G = randint(gen, 2, 3), randint(gen, 2, 4)
     ids, att, comp_mask, P = random_batch(gen, N_prompts * G, V, randint(gen, 2, 3))  # T < N
-    if uneven:  # row 1 runs to T >= 2 tokens
+    if uneven:  # row 0 is its EOS alone; row 1, like every odd row, runs to T >= 2 tokens
         ids[0, P], ids[0, P + 1:], att[0, P + 1:], comp_mask[0, 1:] = 1, 0, 0, 0
     # a sampler that was not quite the policy, as an inference engine in lower precision or a step behind:
     # tokens alternately less and more likely under it, so some weights pi_old / pi_sampler pass any cap of 2
@@ -275,13 +275,14 @@ def oracle_ranks_step(policy, ref, lr, rollout, rewards, cfg) -> dict:
 @pytest.mark.parametrize("draw", DRAWS)
 def test_one_step_follows_the_sequence_and_sampler_options(grpo, seed, draw):
     gen = rng(seed, draw, 71)
+    # the dapo draw's KL to a far reference moves ratios both ways, whatever the advantage's sign, so that the min
+    # of PPO's two terms is seen at every seed
     settings = [dict(importance_sampling_level="sequence", loss_type="cispo", off_policy_mask_threshold=0.1,
                      num_iterations=2),
                 dict(loss_type="sapo", rollout_is_mode="sequence_mask", rollout_is_clip_min=0.5,
                      rollout_is_clip_max=2.0, use_bias_correction_kl=True, beta=0.1),
                 dict(loss_type="dapo", delta=1.5, rollout_is_mode="token_mask", rollout_is_clip_max=1.5,
-                     num_iterations=3, clip_eps=0.01, beta=1.0)][draw]  # the KL to a far reference moves ratios
-    # both ways, whatever the advantage's sign, so that the min of PPO's two terms is seen at every seed
+                     num_iterations=3, clip_eps=0.01, beta=1.0)][draw]
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=1.0, uneven=True, ref_drift=0.5,
                                                max_grad_norm=1e6, **settings)
     got, expected, _, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)

@@ -40,6 +40,13 @@ def setup(grpo, gen, sampler_drift=0.0, dtype=torch.float64, uneven=False, ref_d
     return policy, ref, rollout, rewards, grpo.GRPOConfig(group_size=G, **cfg)
 
 
+def unequal_micro_batches(grpo, cfg, n: int) -> tuple:
+    """The config again with grad_accum_steps 3 or 5, whichever does not divide n rows: micro-batches of unequal rows
+    (and so of unequal token counts). Returns (k, cfg)."""
+    k = 3 if n % 3 else 5
+    return k, grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+
+
 def params(model) -> dict:
     return {name: p.detach().reshape(-1).clone() for name, p in model.named_parameters()}
 
@@ -188,8 +195,7 @@ def test_gradient_accumulation_matches_the_full_batch(grpo, seed, draw):
     gen = rng(seed, draw, 58)
     loss_type = ["grpo", "dapo", "dr_grpo"][draw]
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, loss_type=loss_type, max_grad_norm=1e6)
-    k = 3 if len(rewards) % 3 else 5  # micro-batches of unequal rows (and so of unequal token counts)
-    cfg = grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+    k, cfg = unequal_micro_batches(grpo, cfg, len(rewards))
     tokens = [int(rollout.completion_mask[rows].sum()) for rows in oracle.micro_batches(len(rewards), k)]
     got, expected, opt, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
     err = relative_error(got, expected)
@@ -298,9 +304,8 @@ def test_one_step_trains_on_the_high_entropy_tokens(grpo, seed, draw):
     quantile, k, mu, temperature = [(0.2, 1, 2, 1.0), (0.5, 2, 1, 0.7), (0.3, None, 2, 1.3)][draw]
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, top_entropy_quantile=quantile, grad_accum_steps=k or 1,
                                                num_iterations=mu, temperature=temperature, max_grad_norm=1e6)
-    if k is None:  # micro-batches of unequal rows
-        k = 3 if len(rewards) % 3 else 5
-        cfg = grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+    if k is None:
+        k, cfg = unequal_micro_batches(grpo, cfg, len(rewards))
     got, expected, _, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
     err = relative_error(got, expected)
     assert close(err, 0.0, atol=2e-3), (
@@ -317,8 +322,7 @@ def test_gradient_accumulation_matches_the_full_batch_for_cispo_sapo_and_gspo(gr
                      num_iterations=1)][draw]  # GSPO's ratio is 1 in value here, its gradient the row's mean
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=0.5, uneven=True, max_grad_norm=1e6,
                                                **{"num_iterations": 2, **settings})
-    k = 3 if len(rewards) % 3 else 5  # micro-batches of unequal rows (and so of unequal token counts)
-    cfg = grpo.GRPOConfig(**{**cfg.overrides, "grad_accum_steps": k})
+    k, cfg = unequal_micro_batches(grpo, cfg, len(rewards))
     tokens = [int(rollout.completion_mask[rows].sum()) for rows in oracle.micro_batches(len(rewards), k)]
     got, expected, opt, _ = run_both(grpo, policy, ref, rollout, rewards, cfg, lr=0.5)
     err = relative_error(got, expected)

@@ -373,7 +373,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
                              entropies=entropies(policy, rows), stats=seen[-1])
             # each loss_type scales its micro step its own way, not all by 1 / gradient_accumulation_steps
             if cfg.loss_type == "bnpo":
-                loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
+                loss = loss / gradient_accumulation_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type not in ("dapo", "cispo"):
                 loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()

@@ -287,7 +287,7 @@ def test_one_step_follows_the_sequence_and_sampler_options(grpo, seed, draw):
                      num_iterations=2),
                 dict(loss_type="sapo", rollout_is_mode="sequence_mask", rollout_is_clip_min=0.5,
                      rollout_is_clip_max=2.0, use_bias_correction_kl=True, beta=0.1),
-                dict(loss_type="dapo", delta=1.5, rollout_is_mode="token_mask", rollout_is_clip_max=1.5,
+                dict(loss_type="dapo", delta=1.05, rollout_is_mode="token_mask", rollout_is_clip_max=1.5,
                      num_iterations=3, clip_eps=0.01, beta=1.0)][draw]
     policy, ref, rollout, rewards, cfg = setup(grpo, gen, sampler_drift=1.0, uneven=True, ref_drift=0.5,
                                                max_grad_norm=1e6, **settings)

@@ -45,7 +45,10 @@ DRILLS = WORK / "drills"
 FRONTIER = {"accum-divided-by-steps", "accum-local-token-count", "kl-detached-logp", "old-logp-bf16",
             "is-weight-inverted", "is-weight-uncapped", "is-weight-from-policy", "kl-in-reward", "loss-type-ignored",
             "dr-grpo-rollout-width", "scale-rewards-truthy", "clip-high-on-lower", "mask-by-multiplication",
-            "sampler-logp-untempered"}
+            "sampler-logp-untempered", "gspo-ratio-over-padding", "gspo-ratio-summed", "cispo-weight-attached",
+            "truncated-by-last-token", "entropy-quantile-over-padding", "entropy-quantile-uncomplemented",
+            "off-policy-mask-against-old", "sapo-temperature-by-ratio", "rollout-is-sequence-mean",
+            "rollout-is-mask-upper-only", "delta-on-clipped-term", "bias-kl-ratio-detached"}
 TIER_BUGS = {"warm-up": (1, 1), "practice": (2, 3), "frontier": (1, 2), "interview": (4, 5)}
 TIER_MINUTES = {"warm-up": 10, "practice": 20, "frontier": 20, "interview": 45}
 DRILL_RUN = {**RUN_DEFAULTS, "steps": 30}
@@ -114,6 +117,8 @@ def draw(bugs: dict, tier: str, k: int | None, codebase: str | None, rng: random
                 plant(codebase_source(name), [bugs[b] for b in chosen + [pick]], name)
             except CatalogueError:
                 continue  # its edits collide with one already drawn
+            if settings_for(chosen + [pick]) is None:
+                continue  # it lives under settings another drawn bug contradicts
             chosen.append(pick)
         if len(chosen) < n:
             continue
@@ -144,6 +149,34 @@ def hidden_bugs(bugs: dict, chosen: list, codebase: str, verdicts: dict) -> list
 
 DRILL_SEEDS = (0, 1)  # a drill's symptom shows at the seed its brief reports and at one more: an effect, not luck
 
+# The settings a bug lives under: the option whose code it breaks, which the default settings never run. A drill
+# with one of these bugs runs under them (its brief says so); bugs whose settings disagree are not drawn together.
+NEEDS = {
+    "gspo-ratio-over-padding": {"importance_sampling_level": "sequence"},
+    "gspo-ratio-summed": {"importance_sampling_level": "sequence"},
+    "cispo-weight-attached": {"loss_type": "cispo"},
+    "truncated-by-last-token": {"mask_truncated_completions": True},
+    "entropy-quantile-over-padding": {"top_entropy_quantile": 0.2},
+    "entropy-quantile-uncomplemented": {"top_entropy_quantile": 0.2},
+    "off-policy-mask-against-old": {"off_policy_mask_threshold": 0.1},
+    "sapo-temperature-by-ratio": {"loss_type": "sapo", "sapo_temperature_pos": 0.5, "sapo_temperature_neg": 2.0},
+    "rollout-is-sequence-mean": {"rollout_is_mode": "sequence_mask"},
+    "rollout-is-mask-upper-only": {"rollout_is_mode": "token_mask", "rollout_is_clip_min": 0.5},
+    "delta-on-clipped-term": {"delta": 1.5},
+    "bias-kl-ratio-detached": {"use_bias_correction_kl": True, "beta": 0.5},
+}
+
+
+def settings_for(chosen) -> dict | None:
+    """The settings the drawn bugs live under together (NEEDS), or None where two of them disagree."""
+    out = {}
+    for b in chosen:
+        for key, value in NEEDS.get(b, {}).items():
+            if out.setdefault(key, value) != value:
+                return None
+    return out
+
+
 # A rerun that shows a bug the default settings hide (its effect needs the setting), named by the first hint.
 PROBES = {
     "sampling-no-temperature": {"temperature": 0.7},
@@ -173,6 +206,15 @@ LOOK = {
     "update-ref-with-grad": "after one step, print whether the reference model's parameters carry a .grad",
     "is-weight-inverted": "give `grpo_loss` a sampler_logp below old_logp and print the weight it applies",
     "mask-by-multiplication": "put -inf in a log-prob under the mask and print the loss",
+    "off-policy-mask-against-old": "give `grpo_loss` sampler log-probs far from old_logp on a row with a negative "
+                                   "advantage and print whether that row keeps its policy term",
+    "rollout-is-sequence-mean": "give `grpo_loss` sampler log-probs a little below old_logp on every token of a "
+                                "long row and print the weight the correction gives that row",
+    "rollout-is-mask-upper-only": "give `grpo_loss` a sampler log-prob far above old_logp on one token and print the "
+                                  "weight the correction gives it",
+    "delta-on-clipped-term": "give `grpo_loss` a token with a negative advantage and a ratio of 3 and print its loss",
+    "bias-kl-ratio-detached": "at ratio 1, print the gradient the KL term alone sends to the policy's log-probs, "
+                              "with use_bias_correction_kl and without",
 }
 
 
@@ -214,7 +256,7 @@ def symptoms_of(drill_path: Path, codebase: str, settings: dict = DRILL_RUN) -> 
     return out[:2]
 
 
-def reach(bugs: dict, codebase: str, chosen: list, path: Path) -> tuple:
+def reach(bugs: dict, codebase: str, chosen: list, path: Path, run: dict = DRILL_RUN) -> tuple:
     """(probes, hidden): how each drawn bug can be seen. A bug shows in the brief's run when healing it alone (the
     others left in) clearly changes that run; else under its PROBES rerun, healed against not; else by what LOOK
     says to look at. probes: (bug, settings or None, words) for the first hint; hidden: bugs none of that reaches."""
@@ -223,9 +265,9 @@ def reach(bugs: dict, codebase: str, chosen: list, path: Path) -> tuple:
     for b in chosen if len(chosen) > 1 else ():  # one bug: the brief's run against the healthy one shows it
         healed = path.with_name(f"healed-{b}.py")
         healed.write_text(plant(codebase_source(codebase), [bugs[o] for o in chosen if o != b], codebase))
-        if departures(run_loop(path, DRILL_RUN), run_loop(healed, DRILL_RUN)):
+        if departures(run_loop(path, run), run_loop(healed, run)):
             continue
-        probe = {**DRILL_RUN, "set": PROBES.get(b, {})}
+        probe = {**run, "set": {**run["set"], **PROBES.get(b, {})}}
         if b in PROBES and departures(run_loop(path, probe), run_loop(healed, probe)):
             setting = " ".join(f"{k}={v}" for k, v in PROBES[b].items())
             probes.append((b, PROBES[b], f"rerun with `SET='{setting}'` against a healthy run at the same settings"))
@@ -242,9 +284,10 @@ WORDS = {"reward_mean": "the mean reward", "reward_max": "the best reward in a b
          "ratio_dev": "the largest |ratio - 1| on the first inner update"}
 
 
-def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
+def brief_text(symptoms: list, n_bugs: int, tier: str, settings: dict | None = None) -> str:
     """A colleague's report of the run, from its numbers: one or two symptoms, how many bugs, no component. Each
-    number is what `make run` prints for it (a float64 run prints the same digits on every CPU)."""
+    number is what `make run` prints for it (a float64 run prints the same digits on every CPU); `settings`, the
+    options the run turns on (NEEDS), are named."""
     from grpo_katas.symptoms import quote
     steps = DRILL_RUN["steps"]
     if symptoms and symptoms[0][0] == "crash":
@@ -255,7 +298,9 @@ def brief_text(symptoms: list, n_bugs: int, tier: str) -> str:
             when = f"over the last 5 of {steps} steps" if window == "last" else f"at its highest over {steps} steps"
             value = "NaN" if math.isnan(a) else quote(a, m)
             parts.append(f"{WORDS[m]} {when} is {value} where a healthy run of the same code shows {quote(b, m)}")
-        seen = "On the default settings, " + "; and ".join(parts) + "."
+        where = (f"With {' and '.join(f'{k} = {v}' for k, v in settings.items())}, " if settings
+                 else "On the default settings, ")
+        seen = where + "; and ".join(parts) + "."
     count = "There is one bug in the loop; find and fix it." if n_bugs == 1 else \
         f"There are {n_bugs} bugs in the loop; find and fix them."
     return f"{'An' if tier[0] in 'aeiou' else 'A'} {tier} drill, drawn for you. {seen} {count}"
@@ -278,8 +323,9 @@ def hints_for(bugs: dict, chosen: list, symptoms: list, key: str, probes: list =
 
 
 def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
-    """(None, (symptoms, probes)) when the drill is proven, else (why not, None): every drawn bug trips a check of
-    its own, the run shows a symptom at every seed of DRILL_SEEDS, and every bug is reachable (reach())."""
+    """(None, (symptoms, probes, settings)) when the drill is proven, else (why not, None): every drawn bug trips a
+    check of its own, the run (under the settings its bugs live under) shows a symptom at every seed of DRILL_SEEDS,
+    and every bug is reachable (reach())."""
     from grpo_katas import matrix
     path = workdir / "grpo.py"
     path.write_text(plant(codebase_source(codebase), [bugs[b] for b in chosen], codebase))
@@ -291,13 +337,17 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
     hidden = hidden_bugs(bugs, chosen, codebase, run.of(0, 0))
     if hidden:
         return f"{', '.join(hidden)} hidden by the others", None
-    symptoms = symptoms_of(path, codebase)
+    settings = settings_for(chosen)
+    if settings is None:
+        return "the drawn bugs live under settings that disagree", None
+    run_settings = {**DRILL_RUN, "set": settings}
+    symptoms = symptoms_of(path, codebase, run_settings)
     if not symptoms:
         return "no symptom shows in a short run at every seed", None
-    probes, unseen = reach(bugs, codebase, chosen, path)
+    probes, unseen = reach(bugs, codebase, chosen, path, run_settings)
     if unseen:
         return f"{', '.join(unseen)} shows in no run and has no probe", None
-    return None, (symptoms, probes)
+    return None, (symptoms, probes, settings)
 
 
 # --- the work area ------------------------------------------------------------------------------------
@@ -338,7 +388,8 @@ def load(key) -> Drill:
         d = json.loads(meta.read_text())
         recipe = unseal(d["sealed"]) if "sealed" in d else d  # drills made before sealing hold it in the open
         return Drill(number, "drill", f"Drill d{number}", d["tier"], d["minutes"], recipe["codebase"],
-                     tuple(recipe["bugs"]), tuple(recipe["hints"]), tuple(d["symptoms"]), DRILL_RUN, folder(number),
+                     tuple(recipe["bugs"]), tuple(recipe["hints"]), tuple(d["symptoms"]),
+                     {**DRILL_RUN, "set": dict(d.get("set", {}))}, folder(number),
                      drill=True, seed=recipe.get("seed"))
     except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
         raise CatalogueError(f"{meta} cannot be read ({type(exc).__name__}: {exc}); draw a new drill with "
@@ -370,6 +421,7 @@ class Draw:
     seconds: float
     tries: int
     probes: list = ()   # (bug, setting, what to print) for each drawn bug the brief's run does not show
+    settings: tuple = ()  # (key, value) of the options its run turns on (NEEDS), in order
 
 
 def make(state: dict, tier: str | None = None, k: int | None = None, codebase: str | None = None,
@@ -404,8 +456,9 @@ def make(state: dict, tier: str | None = None, k: int | None = None, codebase: s
             raise UserError(f"no drill could be proven in {PROOF_SECONDS} s ({tries} draws: {'; '.join(why[-3:])}); "
                             f"try another SEED or TIER")
         source = (Path(tmp) / "grpo.py").read_text()
-    symptoms, probes = proof
-    return Draw(tier, name, chosen, symptoms, seed, scheduled, source, time.monotonic() - start, tries, probes)
+    symptoms, probes, settings = proof
+    return Draw(tier, name, chosen, symptoms, seed, scheduled, source, time.monotonic() - start, tries, probes,
+                tuple(settings.items()))
 
 
 def file(state: dict, d: Draw) -> Drill:
@@ -417,11 +470,11 @@ def file(state: dict, d: Draw) -> Drill:
     minutes = TIER_MINUTES[d.tier] + 5 * (len(d.bugs) - TIER_BUGS[d.tier][0])
     recorded = [{"metric": m, "window": w, "relation": "above" if a > b else "below", "kata": a, "healthy": b}
                 if m != "crash" else {"relation": "crash", "message": a} for m, w, a, b in d.symptoms]
-    brief = brief_text(d.symptoms, len(d.bugs), d.tier)
+    brief = brief_text(d.symptoms, len(d.bugs), d.tier, dict(d.settings))
     copy = WORK / f"{key}-drill" / "grpo.py"
     recipe = {"codebase": d.codebase, "bugs": d.bugs, "seed": d.seed, "scheduled": d.scheduled,
               "hints": hints_for(load_bugs(), d.bugs, d.symptoms, key, d.probes)}
-    meta = {"tier": d.tier, "minutes": minutes, "symptoms": recorded, "made": now(),
+    meta = {"tier": d.tier, "minutes": minutes, "symptoms": recorded, "set": dict(d.settings), "made": now(),
             "seconds_to_prove": round(d.seconds, 1), "tries": d.tries, "sealed": seal(recipe)}
     try:
         target.mkdir(parents=True)

@@ -176,3 +176,32 @@ def test_every_drawn_bug_is_seen_in_the_run_under_its_probe_or_by_a_look(tmp_pat
                                                             ("sampling-with-grad", None)]
     first = drills.hints_for(BUGS, chosen, [("kl", "last", 11.0, 1.0)], probes)[0]
     assert "SET='beta=0.5'" in first and drills.LOOK["sampling-with-grad"] in first
+
+
+def test_a_bug_that_lives_under_an_option_is_drawn_with_it_and_never_beside_one_that_contradicts_it():
+    """cispo-weight-attached breaks code that only loss_type='cispo' runs: a drill holding it runs with that setting,
+    and its brief says so; sapo-temperature-by-ratio needs loss_type='sapo', so the two are never drawn together."""
+    assert drills.settings_for(["cispo-weight-attached", "kl-k1"]) == {"loss_type": "cispo"}
+    assert drills.settings_for(["cispo-weight-attached", "sapo-temperature-by-ratio"]) is None
+    assert drills.settings_for(["gspo-ratio-summed", "gspo-ratio-over-padding"]) == {"importance_sampling_level":
+                                                                                     "sequence"}
+    for bug in drills.NEEDS:
+        assert bug in drills.FRONTIER and BUGS[bug], bug
+    for seed in range(40):
+        _, chosen = drills.draw(BUGS, "frontier", 2, None, random.Random(seed), {})
+        assert drills.settings_for(chosen) is not None, chosen
+    brief = drills.brief_text([("reward_mean", "last", 0.0, 0.7)], 1, "frontier", {"loss_type": "cispo"})
+    assert brief.startswith("A frontier drill, drawn for you. With loss_type = cispo, the mean reward over the last")
+    assert "default" not in brief
+
+
+@pytest.mark.slow
+def test_a_drill_holding_an_option_bug_runs_under_that_option(repo, monkeypatch):
+    code, out = cli(repo, "drill", "--tier", "frontier", "--seed", "7")
+    folder = repo / "work" / "drills" / "d1"
+    meta = json.loads((folder / "drill.json").read_text())
+    recipe = drills.unseal(meta["sealed"])
+    assert code == 0, out
+    assert meta["set"] == drills.settings_for(recipe["bugs"]) != {}, recipe["bugs"]
+    monkeypatch.setattr(drills, "DRILLS", repo / "work" / "drills")
+    assert drills.load("d1").run["set"] == meta["set"]

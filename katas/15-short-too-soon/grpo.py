@@ -34,8 +34,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 # Shapes: B prompts, G = group_size, N = B*G rows, P prompt columns (left-padded), T completion columns,
-# V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V).
-# Device and dtype come from the model.
+# V vocabulary. A model is called as model(input_ids (N, L), attention_mask (N, L)) -> logits (N, L, V) and
+# derives positions from the mask. Device and dtype come from the model.
 
 
 @dataclass
@@ -181,7 +181,7 @@ def next_token_logprobs(model, input_ids, attention_mask, prompt_len: int, tempe
     """(N, P+T) -> (N, T, V): log pi(. | the columns before P+t) over the vocabulary.
     The logits at column c predict the token at column c+1; log-softmax runs in float32, or in the model's
     dtype where that is wider."""
-    logits = model(input_ids, torch.ones_like(attention_mask))            # (N, P+T, V)
+    logits = model(input_ids, attention_mask)                             # (N, P+T, V)
     logits = logits[:, prompt_len - 1:-1]                                 # (N, T, V)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
     logp = torch.log_softmax(logits, dim=-1)                              # (N, T, V)
@@ -310,7 +310,7 @@ def grpo_loss(logp, old_logp, ref_logp, advantages, completion_mask, cfg: GRPOCo
     # how much each token counts, by loss_type
     N, mask = keep.size(0), keep.to(per_token.dtype)
     if cfg.loss_type in ("grpo", "sapo"):
-        weight = mask / (mask.sum(dim=1, keepdim=True).clamp(min=1.0) * N)  # (N, T)
+        weight = mask / mask.numel()                                      # (N, T)
     elif cfg.loss_type == "bnpo":
         weight = mask / mask.sum().clamp(min=1.0)                         # (N, T)
     elif cfg.loss_type == "dr_grpo":
@@ -372,7 +372,7 @@ def grpo_step(policy, ref_policy, optimizer, rollout: Rollout, rewards, cfg: GRP
                              entropies=entropies(policy, rows), stats=seen[-1])
             # each loss_type scales its micro step its own way, not all by 1 / gradient_accumulation_steps
             if cfg.loss_type == "bnpo":
-                loss = loss / cfg.grad_accum_steps # scale the loss to account for gradient accumulation
+                loss = loss / gradient_accumulation_steps # scale the loss to account for gradient accumulation
             elif cfg.loss_type not in ("dapo", "cispo"):
                 loss = loss * len(rows) / N # a mean over rows: this micro-batch weighs as its share of the rows
             loss.backward()

@@ -42,13 +42,28 @@ from grpo_katas.catalogue import (CODEBASES, RUN_DEFAULTS, TIERS, CatalogueError
 from grpo_katas.progress import WORK, cannot_write, now, shown
 
 DRILLS = WORK / "drills"
+
+# The settings a bug lives under: the option whose code it breaks, which the default settings never run. A drill
+# with one of these bugs runs under them (its brief says so); bugs whose settings disagree are not drawn together.
+NEEDS = {
+    "gspo-ratio-over-padding": {"importance_sampling_level": "sequence"},
+    "gspo-ratio-summed": {"importance_sampling_level": "sequence"},
+    "cispo-weight-attached": {"loss_type": "cispo"},
+    "truncated-by-last-token": {"mask_truncated_completions": True},
+    "entropy-quantile-over-padding": {"top_entropy_quantile": 0.2},
+    "entropy-quantile-uncomplemented": {"top_entropy_quantile": 0.2},
+    "off-policy-mask-against-old": {"off_policy_mask_threshold": 0.1},
+    "sapo-temperature-by-ratio": {"loss_type": "sapo", "sapo_temperature_pos": 0.5, "sapo_temperature_neg": 2.0},
+    "rollout-is-sequence-mean": {"rollout_is_mode": "sequence_mask"},
+    "rollout-is-mask-upper-only": {"rollout_is_mode": "token_mask", "rollout_is_clip_min": 0.5},
+    "delta-on-clipped-term": {"delta": 1.5},
+    "bias-kl-ratio-detached": {"use_bias_correction_kl": True, "beta": 0.5},
+}
+# The frontier pool: the bugs beyond the textbook loop, and every bug of an option (NEEDS)
 FRONTIER = {"accum-divided-by-steps", "accum-local-token-count", "kl-detached-logp", "old-logp-bf16",
             "is-weight-inverted", "is-weight-uncapped", "is-weight-from-policy", "kl-in-reward", "loss-type-ignored",
             "dr-grpo-rollout-width", "scale-rewards-truthy", "clip-high-on-lower", "mask-by-multiplication",
-            "sampler-logp-untempered", "gspo-ratio-over-padding", "gspo-ratio-summed", "cispo-weight-attached",
-            "truncated-by-last-token", "entropy-quantile-over-padding", "entropy-quantile-uncomplemented",
-            "off-policy-mask-against-old", "sapo-temperature-by-ratio", "rollout-is-sequence-mean",
-            "rollout-is-mask-upper-only", "delta-on-clipped-term", "bias-kl-ratio-detached"}
+            "sampler-logp-untempered", *NEEDS}
 TIER_BUGS = {"warm-up": (1, 1), "practice": (2, 3), "frontier": (1, 2), "interview": (4, 5)}
 TIER_MINUTES = {"warm-up": 10, "practice": 20, "frontier": 20, "interview": 45}
 DRILL_RUN = {**RUN_DEFAULTS, "steps": 30}
@@ -148,24 +163,6 @@ def hidden_bugs(bugs: dict, chosen: list, codebase: str, verdicts: dict) -> list
 
 
 DRILL_SEEDS = (0, 1)  # a drill's symptom shows at the seed its brief reports and at one more: an effect, not luck
-
-# The settings a bug lives under: the option whose code it breaks, which the default settings never run. A drill
-# with one of these bugs runs under them (its brief says so); bugs whose settings disagree are not drawn together.
-NEEDS = {
-    "gspo-ratio-over-padding": {"importance_sampling_level": "sequence"},
-    "gspo-ratio-summed": {"importance_sampling_level": "sequence"},
-    "cispo-weight-attached": {"loss_type": "cispo"},
-    "truncated-by-last-token": {"mask_truncated_completions": True},
-    "entropy-quantile-over-padding": {"top_entropy_quantile": 0.2},
-    "entropy-quantile-uncomplemented": {"top_entropy_quantile": 0.2},
-    "off-policy-mask-against-old": {"off_policy_mask_threshold": 0.1},
-    "sapo-temperature-by-ratio": {"loss_type": "sapo", "sapo_temperature_pos": 0.5, "sapo_temperature_neg": 2.0},
-    "rollout-is-sequence-mean": {"rollout_is_mode": "sequence_mask"},
-    "rollout-is-mask-upper-only": {"rollout_is_mode": "token_mask", "rollout_is_clip_min": 0.5},
-    "delta-on-clipped-term": {"delta": 1.5},
-    "bias-kl-ratio-detached": {"use_bias_correction_kl": True, "beta": 0.5},
-}
-
 
 def settings_for(chosen) -> dict | None:
     """The settings the drawn bugs live under together (NEEDS), or None where two of them disagree."""
@@ -337,9 +334,7 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
     hidden = hidden_bugs(bugs, chosen, codebase, run.of(0, 0))
     if hidden:
         return f"{', '.join(hidden)} hidden by the others", None
-    settings = settings_for(chosen)
-    if settings is None:
-        return "the drawn bugs live under settings that disagree", None
+    settings = settings_for(chosen)  # draw() never pairs bugs whose settings disagree
     run_settings = {**DRILL_RUN, "set": settings}
     symptoms = symptoms_of(path, codebase, run_settings)
     if not symptoms:

@@ -33,20 +33,24 @@ settings and asserts that each symptom shows:
     look = "requires_grad"      # words of the first hint rung
     why = "sampling with autograd on changes no number a run logs"
 
-A symptom is its bugs' effect, not a seed's luck: verify checks each one at the brief's seed under each of
-torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the CPU has it), and over several
-seeds, of which it must hold at all but one in five (4 of 0-4). Practice runs compute in float64 (runs.lab_dtype),
-so the kernel paths part only in bits far below the digits a run prints: the numbers a brief prints (says) are
-exactly what `make run` prints, at the metric's digits (curves.DIGITS), and the proof requires that every kernel
-path prints them (a run whose dynamics amplify a last bit into other tokens late in a run, as two katas' bugs do,
-is the exception: where the paths print different numbers, the brief prints a bound that holds for each); the brief's run is recorded in the kata's run.txt (record.py), and every kernel path must print
-that table too. Every bug of a kata is reachable: a symptom of the brief's run or of a probe run shows it (healing
-that bug alone makes the symptom go), or a [[probe]] names where to look in the first hint.
+A symptom is its bugs' effect, not a seed's luck: verify checks each one over several seeds on this CPU's kernel
+path, of which it must hold at all but one in five (4 of 0-4). Practice runs compute in float64 (runs.lab_dtype),
+so torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the CPU has it) part only in bits
+far below the digits a run prints: the brief's run is recorded in the kata's run.txt (record.py), and every kernel
+path must print that table, row for row, the healthy codebase's beside it. The numbers a brief prints (says) are
+exactly what `make run` prints, at the metric's digits (curves.DIGITS), read on every kernel path wherever they come
+from the recorded runs (which every path makes anyway), and on this CPU's path where they come from a rerun under
+other settings (a run whose dynamics amplify a last bit into other tokens late in a run, as two katas' bugs do, is
+the exception: where the paths print different numbers, the brief prints a bound that holds for each). Every bug of
+a kata is reachable: a symptom of the brief's run or of a probe run shows it (healing that bug alone makes the
+symptom go), or a [[probe]] names where to look in the first hint.
 
 A kernel path is fixed when torch is imported, so each is a process of its own: the runs a check needs are
 shared out over child processes (this module, --compute) under each path, and kept in .cache/symptoms/
 (git-ignored), one file per run, keyed by the loop file's bytes, the code a run depends on (lab/, runs.py,
-loader.py), its settings and seed, the kernel path and torch's version: a second verify re-runs only what changed.
+loader.py), its settings and seed but its length, the kernel path and torch's version: a run's first steps do not
+depend on how many follow, so each is made once, as long as the longest window that reads it, and a second verify
+re-runs only what changed.
 
     python -m grpo_katas.symptoms 3 17                       # each window of each metric, kata against healthy
     python -m grpo_katas.symptoms --seeds 0 1 2 3 4 3        # kata 3's symptoms and windows at each seed
@@ -69,7 +73,7 @@ from pathlib import Path
 
 import torch
 
-from grpo_katas import ROOT
+from grpo_katas import ROOT, run_counted
 from grpo_katas.catalogue import CODEBASES, codebase_source, find_kata, load_bugs, load_katas, plant
 from grpo_katas import record
 from grpo_katas.curves import cell, digits
@@ -91,10 +95,16 @@ def needed(seeds: int) -> int:
 # --- runs -----------------------------------------------------------------------------------------------
 
 class Run:
-    """One run's history, or the crash that ended it."""
+    """One run's history, or the crash that ended it; `steps`, the steps it was asked for (its history's length
+    unless it crashed)."""
 
-    def __init__(self, history: list, crash: str | None):
+    def __init__(self, history: list, crash: str | None, steps: int | None = None):
         self.history, self.crash = history, crash
+        self.steps = len(history) if steps is None else steps
+
+    @property
+    def made(self) -> dict:
+        return {"history": self.history, "crash": self.crash, "steps": self.steps}
 
     def window(self, metric: str, window) -> float | None:
         values = [h.get(metric) for h in self.history]
@@ -146,11 +156,25 @@ def cpu() -> str:
 
 
 def run_key(path, settings: dict, kernel_name: str) -> str:
-    """What makes a run what it is: the code run, the code it depends on, its settings (seed included), the kernel
-    path, the CPU and torch's version."""
+    """What makes a run what it is: the code run, the code it depends on, its settings (seed included) but its
+    length, the kernel path, the CPU and torch's version. A run's first steps do not depend on how many follow, so
+    runs that differ only in length are one run, kept at the longest length asked for (Store)."""
     what = {"loop": hashlib.sha256(Path(path).read_bytes()).hexdigest(), "depends": depends_digest(),
-            "settings": settings, "kernel": kernel_name, "cpu": cpu(), "torch": torch.__version__}
+            "settings": {**settings, "steps": None}, "kernel": kernel_name, "cpu": cpu(), "torch": torch.__version__}
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def serves(entry: dict, steps: int) -> bool:
+    """Does a made run (its `steps` asked for, its history, its crash) answer for a run of `steps` steps? A longer one
+    does, and so does one that crashed: a longer run would have crashed at the same step."""
+    return entry.get("crash") is not None or entry.get("steps", len(entry.get("history", []))) >= steps
+
+
+def prefix(run: "Run", steps: int) -> "Run":
+    """A run's first `steps` steps: the run of that length (it raised only if it raised within them)."""
+    if len(run.history) >= steps:
+        return Run(run.history[:steps], None)
+    return run
 
 
 _runs = {}
@@ -160,9 +184,11 @@ def run_loop(path, settings: dict) -> Run:
     """The loop at `path` under a kata's [run] settings, run in this process once (trusted files only: katas,
     codebases). A file rewritten in place is a new run: the key is its bytes."""
     key = run_key(path, settings, kernel())
-    if key not in _runs:
-        _runs[key] = fresh_run(path, settings)
-    return _runs[key]
+    if key not in _runs or not serves(_runs[key], settings["steps"]):
+        run = fresh_run(path, settings)
+        _runs[key] = {"history": run.history, "crash": run.crash, "steps": settings["steps"]}
+    made = _runs[key]
+    return prefix(Run(made["history"], made["crash"]), settings["steps"])
 
 
 def fresh_run(path, settings: dict) -> Run:
@@ -190,10 +216,12 @@ class Changed(RuntimeError):
 class Store:
     """Runs by (path, settings) under one kernel path each, kept one file a run in `folder` (.cache/symptoms/):
     read from there unless `fresh`, else made by child processes under that path, which write them there as they
-    finish (an interrupted check keeps what it made)."""
+    finish (an interrupted check keeps what it made). Runs that differ only in length are made once, at the longest
+    length asked for, and each is read as its first steps."""
 
-    def __init__(self, folder: Path = CACHE, fresh: bool = False):
+    def __init__(self, folder: Path = CACHE, fresh: bool = False, made=None):
         self.folder, self.fresh, self.runs, self.skipped = Path(folder), fresh, {}, {}
+        self.made = made or (lambda runs, steps, cpu: None)  # hears of each child's runs: how many, steps, CPU-s
         self.planned = {}  # (path, settings, kernel name) -> the key its bytes had when fetch was asked for it
 
     def get(self, path, settings: dict, kernel_name: str) -> Run:
@@ -201,16 +229,17 @@ class Store:
         if key not in self.runs and self.planned.get(self.spec(path, settings, kernel_name), key) != key:
             raise Changed(f"{os.path.relpath(path, ROOT)} changed while its runs were made: run this again once "
                           f"nothing is rebuilding it")
-        return self.runs[key]
+        return prefix(self.runs[key], settings["steps"])
 
     @staticmethod
     def spec(path, settings: dict, kernel_name: str) -> tuple:
         return str(path), json.dumps(settings, sort_keys=True), kernel_name
 
     def fetch(self, wanted: dict, processes: int) -> None:
-        """wanted: kernel name -> [(path, settings)]. Makes every run not yet at hand, the longest first, in up to
-        `processes` children at a time; a kernel path the CPU lacks is recorded in `skipped`, not run."""
-        todo = {}
+        """wanted: kernel name -> [(path, settings)]. Makes every run not yet at hand, each at the longest length
+        asked for, the longest first, in up to `processes` children at a time; a kernel path the CPU lacks is
+        recorded in `skipped`, not run."""
+        todo, longest = {}, {}
         for name, specs in wanted.items():
             if not supported(name):
                 self.skipped[name] = f"this CPU has no {name} kernels"
@@ -218,12 +247,15 @@ class Store:
             for path, settings in specs:
                 key = run_key(path, settings, name)
                 self.planned[self.spec(path, settings, name)] = key
-                if key in self.runs or key in todo:
-                    continue
-                if not self.fresh and self.load(key):
-                    continue
-                todo[key] = (name, str(path), settings)
-                (self.folder / f"{key}.json").unlink(missing_ok=True)  # fresh: never read back the old one
+                if key not in longest or longest[key][2]["steps"] < settings["steps"]:
+                    longest[key] = (name, str(path), settings)
+        for key, (name, path, settings) in longest.items():
+            if key in self.runs and serves(self.runs[key].made, settings["steps"]):
+                continue
+            if not self.fresh and self.load(key, settings["steps"]):
+                continue
+            todo[key] = (name, path, settings)
+            (self.folder / f"{key}.json").unlink(missing_ok=True)  # fresh, or too short: never read back the old one
         cost = lambda key: todo[key][2]["steps"] * todo[key][2]["nproc"]  # noqa: E731
         chunks = []
         for name in sorted({t[0] for t in todo.values()}):
@@ -238,13 +270,16 @@ class Store:
                     self.skipped[name] = why
                     continue
                 for key in chunk:
-                    if not self.load(key):  # the child died before making it: say so where it is used
-                        self.runs[key] = Run([], f"the run could not be made under the {name} kernels")
+                    if not self.load(key, todo[key][2]["steps"]):  # the child died before making it: say so where
+                        self.runs[key] = Run([], f"the run could not be made under the {name} kernels")  # it is used
 
-    def load(self, key: str) -> bool:
+    def load(self, key: str, steps: int) -> bool:
+        """Read the run kept under `key` if it is long enough for `steps` steps."""
         try:
             d = json.loads((self.folder / f"{key}.json").read_text())
-            self.runs[key] = Run(d["history"], d["crash"])
+            if not serves(d, steps):
+                return False
+            self.runs[key] = Run(d["history"], d["crash"], d.get("steps", len(d["history"])))
             return True
         except (OSError, ValueError, KeyError, TypeError):  # absent or damaged: make it (again)
             return False
@@ -257,9 +292,10 @@ class Store:
             spec.write_text(json.dumps([[key, *todo[key][1:]] for key in chunk]))
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
                    "ATEN_CPU_CAPABILITY": kernel_name}
-            subprocess.run([sys.executable, "-m", "grpo_katas.symptoms", "--compute", str(spec), str(self.folder),
-                            str(out), "--kernel", kernel_name] + ["--fresh"] * self.fresh, cwd=ROOT, env=env,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            _, cpu = run_counted([sys.executable, "-m", "grpo_katas.symptoms", "--compute", str(spec),
+                                  str(self.folder), str(out), "--kernel", kernel_name] + ["--fresh"] * self.fresh,
+                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.made(len(chunk), sum(todo[k][2]["steps"] * todo[k][2]["nproc"] for k in chunk), cpu)
             chosen = out.read_text() if out.exists() else kernel_name
         return None if chosen == kernel_name else f"this CPU has no {kernel_name} kernels (torch chose {chosen})"
 
@@ -270,6 +306,13 @@ def cpu_seconds() -> float:
     return own.ru_utime + own.ru_stime + ranks.ru_utime + ranks.ru_stime
 
 
+def made_meanwhile(file: Path, steps: int) -> bool:
+    try:
+        return serves(json.loads(file.read_text()), steps)
+    except (OSError, ValueError, TypeError, AttributeError):
+        return False
+
+
 def compute_main(spec: str, folder: str, out: str, kernel_name: str, fresh: bool = False) -> int:
     """The child: under this process's kernel path, make each (key, path, settings) of the spec and write it to
     folder/key.json as soon as it is made; `out` gets the kernel path torch chose."""
@@ -277,15 +320,15 @@ def compute_main(spec: str, folder: str, out: str, kernel_name: str, fresh: bool
     if kernel() != kernel_name:
         return 0
     for key, path, settings in json.loads(Path(spec).read_text()):
-        if not fresh and (Path(folder) / f"{key}.json").exists():
-            continue  # made meanwhile by another check sharing the folder
+        if not fresh and made_meanwhile(Path(folder) / f"{key}.json", settings["steps"]):
+            continue  # by another check sharing the folder
         start = cpu_seconds()
         run = fresh_run(path, settings)
         if run_key(path, settings, kernel_name) != key:
             continue  # the file changed under the run: its history is not the keyed bytes', and the parent says so
         with tempfile.NamedTemporaryFile("w", dir=folder, suffix=".tmp", delete=False) as f:
-            json.dump({"loop": path, "settings": settings, "kernel": kernel_name, "history": run.history,
-                       "crash": run.crash, "cpu_seconds": round(cpu_seconds() - start, 2)}, f)
+            json.dump({"loop": path, "settings": settings, "kernel": kernel_name, "steps": settings["steps"],
+                       "history": run.history, "crash": run.crash, "cpu_seconds": round(cpu_seconds() - start, 2)}, f)
         os.replace(f.name, Path(folder) / f"{key}.json")
     return 0
 
@@ -300,24 +343,31 @@ def settings_of(kata, symptom: dict, seed: int | None) -> dict:
 
 
 def sides(kata, symptom: dict, seed: int | None, loop=None) -> tuple:
-    """((path, settings) of the kata's run, (path, settings) of the run it is compared with, or None). A run made
-    for this symptom alone (the kata under other settings, or healed of one bug) runs only as many steps as the
-    symptom's window needs: a run's first steps do not depend on how many follow."""
+    """((path, settings) of the kata's run, (path, settings) of the run it is compared with, or None): the kata (or
+    `loop`, the kata healed of one bug) and, unless the symptom compares it with itself, its healthy codebase. Each
+    runs only as many steps as the symptom's window reads (a run's first steps do not depend on how many follow):
+    the first 5 steps, or up to a step number; a crash or a non-finite number, and the last, largest or smallest
+    window, read the whole run."""
     mine = settings_of(kata, symptom, seed)
     window = symptom.get("window", "last")
-    short = {**mine, "steps": min(mine["steps"], window if isinstance(window, int) else
-                                  WINDOW if window == "first" else mine["steps"])}
-    healthy = (CODEBASES[kata.codebase].path, mine)
-    if loop is not None:
-        mine = short
+    if symptom["relation"] not in ("crash", "nonfinite"):
+        mine = {**mine, "steps": min(mine["steps"], window if isinstance(window, int) else
+                                     WINDOW if window == "first" else mine["steps"])}
     loop = loop or kata.loop
     if symptom["relation"] in ("crash", "nonfinite"):
         return (loop, mine), None
     if "against" in symptom:  # the kata itself: under other settings, or the same run's other metric
         if "set" not in symptom["against"]:
             return (loop, mine), (loop, mine)
-        return (loop, mine), (loop, {**short, "set": {**mine["set"], **symptom["against"]["set"]}})
-    return (loop, mine), healthy
+        return (loop, mine), (loop, {**mine, "set": {**mine["set"], **symptom["against"]["set"]}})
+    return (loop, mine), (CODEBASES[kata.codebase].path, mine)
+
+
+def recorded(kata, symptom: dict) -> bool:
+    """Are the runs a symptom reads at the brief's seed the brief's own runs, which its record holds (no rerun under
+    other settings)? Such a symptom is read under every kernel path at no cost: the record's runs are made there."""
+    brief = {run_key(path, settings, "") for path, settings in record.runs_of(kata).values()}
+    return all(run_key(path, settings, "") in brief for path, settings in filter(None, sides(kata, symptom, None)))
 
 
 def shows(kata, symptom: dict, seed: int | None = None, get=None, loop=None) -> tuple:
@@ -475,8 +525,9 @@ def load_probes(kata) -> list:
 
 
 def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True) -> tuple:
-    """(wanted runs per kernel path, the evaluations to make): each symptom at every seed on this process's path,
-    at the brief's seed on every other path named, and, at the brief's seed, with each bug it names healed."""
+    """(wanted runs per kernel path, the evaluations to make): the brief's run and its healthy run (the record's) on
+    every kernel path named; each symptom at every seed on this process's path; at the brief's seed on every other
+    path where the symptom reads the record's runs; and, at the brief's seed, with each bug it names healed."""
     bugs = load_bugs()
     wanted, evals = {}, []
 
@@ -487,12 +538,13 @@ def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True) 
     for k in katas:
         for name in dict.fromkeys([native, *kernels]):  # the brief's run as its record holds it, on each path
             wanted.setdefault(name, []).extend(record.runs_of(k).values())
+        swept = None in seeds or k.run["seed"] in seeds
         for i, s in enumerate(k.symptoms):
             for seed in seeds:
                 want(native, s, k, seed)
                 evals.append(("seed", k, i, seed, native, None))
-            for name in kernels:
-                if name != native or None not in seeds and k.run["seed"] not in seeds:
+            for name in dict.fromkeys(kernels):
+                if (name == native and not swept) or (name != native and recorded(k, s)):
                     want(name, s, k, None)
                     evals.append(("kernel", k, i, None, name, None))
             if len(k.bugs) > 1 and healed:
@@ -505,16 +557,19 @@ def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True) 
 
 
 def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = False, folder: Path = CACHE,
-          healed: bool | None = None, log=lambda line: None) -> list:
-    """The problems with the katas' symptoms: each must show at the brief's seed on this kernel path and on each
-    of `kernels`, and at needed(len(seeds)) of `seeds` (None: the brief's seed only); the numbers the brief prints
-    must be what the run prints at its seed on every path, and so must the table of its record (record.py); every bug must be shown by a symptom or named by a probe; and, when
-    `healed` (default: when seeds are given, the full proof), a symptom must go away with a bug it names healed."""
+          healed: bool | None = None, log=lambda line: None, made=None) -> list:
+    """The problems with the katas' symptoms: each must show at the brief's seed on this kernel path, and at
+    needed(len(seeds)) of `seeds` (None: the brief's seed only); the table of the brief's run must be its record's
+    (record.py) on this path and on each of `kernels`, and so must the numbers the brief prints, read on each path
+    where the symptom reads the record's runs (elsewhere on this path: a rerun under other settings, whose table no
+    record holds); every bug must be shown by a symptom or named by a probe; and, when `healed` (default: when seeds
+    are given, the full proof), a symptom must go away with a bug it names healed. made(runs, steps, CPU-seconds)
+    hears of the runs made for it, as each child process ends."""
     native = kernel()
     healed = seeds is not None if healed is None else healed
     seeds = list(seeds) if seeds else [None]
     kernels = list(dict.fromkeys(kernels or [native]))
-    store = Store(folder, fresh)
+    store = Store(folder, fresh, made)
     wanted, evals = plan(katas, seeds, kernels, native, Path(folder), healed)
     store.fetch(wanted, processes)
     for name, why in store.skipped.items():

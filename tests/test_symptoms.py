@@ -1,10 +1,13 @@
 """A brief's symptoms are its bugs' effects on any seed and CPU, its numbers are the ones a run shows, and the proof
 of that re-runs only what changed. Run: pytest tests/test_symptoms.py"""
+import dataclasses
 import json
 import re
 import subprocess
 import sys
+import tempfile
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -99,10 +102,15 @@ def test_what_a_symptom_says_is_what_the_brief_prints(kata):
 # --- the proof, on made-up runs ---------------------------------------------------------------------------------
 
 def fake_store(tmp_path, wanted: dict, history) -> None:
-    """Write a made-up run for every wanted (path, settings): history(path, settings) -> list of step dicts."""
+    """Write a made-up run for every wanted (path, settings), standing for a run as long as the longest asked for:
+    history(path, settings) -> list of step dicts."""
     for name, specs in wanted.items():
+        longest = {}
         for path, settings in specs:
-            entry = {"history": history(path, settings), "crash": None}
+            key = run_key(path, settings, name)
+            longest[key] = max(longest.get(key, 0), settings["steps"])
+        for path, settings in specs:
+            entry = {"history": history(path, settings), "crash": None, "steps": longest[run_key(path, settings, name)]}
             (tmp_path / f"{run_key(path, settings, name)}.json").write_text(json.dumps(entry))
 
 
@@ -212,7 +220,8 @@ def test_a_second_check_makes_no_run_again(tmp_path, monkeypatch):
     def compute(self, name, chunk, todo):
         for key in chunk:
             made.append(key)
-            (self.folder / f"{key}.json").write_text(json.dumps({"history": [{"kl": 1.0}], "crash": None}))
+            (self.folder / f"{key}.json").write_text(json.dumps({"history": [{"kl": 1.0}], "crash": None,
+                                                                 "steps": todo[key][2]["steps"]}))
     monkeypatch.setattr(Store, "compute", compute)
     kata = find_kata(1)
     wanted = {symptoms.kernel(): [(kata.loop, kata.run), (CODEBASES[kata.codebase].path, kata.run)]}
@@ -223,6 +232,66 @@ def test_a_second_check_makes_no_run_again(tmp_path, monkeypatch):
     assert len(made) == 2 and again.get(kata.loop, kata.run, symptoms.kernel()).history == [{"kl": 1.0}]
     Store(tmp_path, fresh=True).fetch(wanted, processes=2)
     assert len(made) == 4
+
+
+def test_runs_that_differ_only_in_length_are_made_once_at_the_longest_and_read_as_their_first_steps(tmp_path,
+                                                                                                   monkeypatch):
+    made = []
+
+    def compute(self, name, chunk, todo):
+        for key in chunk:
+            steps = todo[key][2]["steps"]
+            made.append(steps)
+            history = [{"kl": float(i)} for i in range(1, steps + 1)]
+            (self.folder / f"{key}.json").write_text(json.dumps({"history": history, "crash": None, "steps": steps}))
+    monkeypatch.setattr(Store, "compute", compute)
+    kata = find_kata(1)
+    short, long = {**kata.run, "steps": 5}, {**kata.run, "steps": 12}
+    store = Store(tmp_path)
+    store.fetch({"default": [(kata.loop, short), (kata.loop, long)]}, processes=1)
+    assert made == [12]
+    assert [h["kl"] for h in store.get(kata.loop, short, "default").history] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert len(store.get(kata.loop, long, "default").history) == 12
+    Store(tmp_path).fetch({"default": [(kata.loop, short)]}, processes=1)
+    assert made == [12]  # a shorter run is read from the longer one kept
+    Store(tmp_path).fetch({"default": [(kata.loop, {**kata.run, "steps": 20})]}, processes=1)
+    assert made == [12, 20]  # a longer one is made, and kept in its place
+
+
+def test_a_run_that_raised_answers_for_any_length_raising_only_where_it_did(tmp_path, monkeypatch):
+    def compute(self, name, chunk, todo):
+        for key in chunk:
+            (self.folder / f"{key}.json").write_text(json.dumps({"history": [{"kl": 1.0}] * 3, "crash": "boom",
+                                                                 "steps": todo[key][2]["steps"]}))
+    monkeypatch.setattr(Store, "compute", compute)
+    kata = find_kata(1)
+    store = Store(tmp_path)
+    store.fetch({"default": [(kata.loop, kata.run)]}, processes=1)
+    monkeypatch.setattr(Store, "compute", lambda *a: pytest.fail("nothing to run"))
+    again = Store(tmp_path)
+    again.fetch({"default": [(kata.loop, {**kata.run, "steps": 80})]}, processes=1)
+    at = lambda steps: again.get(kata.loop, {**kata.run, "steps": steps}, "default")  # noqa: E731
+    assert (len(at(2).history), at(2).crash) == (2, None)
+    assert (len(at(3).history), at(3).crash) == (3, None)
+    assert (len(at(80).history), at(80).crash) == (3, "boom")
+
+
+def test_a_symptom_runs_only_the_steps_its_window_reads_and_is_read_on_each_path_only_from_the_record():
+    kata = find_kata(14)
+    first = {"metric": "kl", "window": "first", "relation": "above"}
+    at_step = {"metric": "kl", "window": 3, "relation": "above"}
+    last = {"metric": "kl", "window": "last", "relation": "above"}
+    crash = {"relation": "crash", "window": 1}
+    rerun = {**last, "against": {"set": {"beta": 0.0}}}
+    assert [s[1]["steps"] for s in symptoms.sides(kata, first, 1)] == [5, 5]
+    assert [s[1]["steps"] for s in symptoms.sides(kata, at_step, 1)] == [3, 3]
+    assert [s[1]["steps"] for s in symptoms.sides(kata, last, 1)] == [kata.run["steps"]] * 2
+    assert symptoms.sides(kata, crash, 1)[0][1]["steps"] == kata.run["steps"]
+    assert symptoms.recorded(kata, first) and symptoms.recorded(kata, last) and symptoms.recorded(kata, crash)
+    assert not symptoms.recorded(kata, rerun) and not symptoms.recorded(kata, {**last, "probe": {"set": {"lr": 1.0}}})
+    wanted, evals = plan([dataclasses.replace(kata, symptoms=(last, rerun))], [0, 1], ["default", "avx2"], "avx2",
+                         Path(tempfile.mkdtemp()))
+    assert [(e[0], e[2], e[4]) for e in evals if e[0] == "kernel"] == [("kernel", 0, "default")]
 
 
 def test_a_file_rebuilt_while_its_runs_were_made_is_named_not_a_traceback(tmp_path, monkeypatch):

@@ -1,4 +1,6 @@
 """grpo-katas tooling: the catalogue, the check runner, verification, the practice CLI, grading, the trainer."""
+import os
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -36,3 +38,18 @@ def yes_or_no(text) -> bool:
     if word not in ("1", "y", "yes", "true", "on", "0", "n", "no", "false", "off"):
         raise ValueError(f"takes yes or no (1 or 0), got {text!r}")
     return word in ("1", "y", "yes", "true", "on")
+
+
+def run_counted(cmd: list, **popen) -> tuple:
+    """(exit status, CPU-seconds) of a command run to its end: its own CPU time and that of every process it waited
+    for (os.wait4's account of it alone), so that work shared out over several commands at once can be costed one
+    command at a time. `popen` as subprocess.Popen takes it; no pipes (nothing reads them while it runs)."""
+    proc = subprocess.Popen(cmd, **popen)
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return proc.returncode, usage.ru_utime + usage.ru_stime

@@ -5,8 +5,8 @@
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
   full    (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
-          and 2, every symptom at seeds 0-4 and at the brief's seed on each CPU kernel path (default, avx2, and
-          avx512 where the CPU has it), and every kata's recorded run (run.txt) printed alike on each path;
+          and 2, every symptom at seeds 0-4, and every kata's recorded run (run.txt) printed alike on each CPU kernel
+          path (default, avx2, and avx512 where the CPU has it), with the numbers its brief reads from it;
   static  (make test): the rules that need no run and no verdict, for every planting and every kata: an edit still
           applies, no tell, no unused name, no linter finding, no structural tell, a kata is its codebase plus its
           bugs, every bug is reachable from its brief or first hint, every kata has its recorded run. The tests
@@ -43,12 +43,16 @@ and overall:
     bugbear, pylint's unused, no-effect and comparison rules), compared by rule and line text; without ruff
     installed this is one problem, never a pass;
   - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase, at
-    the brief's seed under each CPU kernel path asked for and at all but one in five of the seeds asked for; the
-    numbers the brief prints read true under each kernel path; and, with seeds asked for, each symptom goes away
-    when a bug it names is healed, so every bug is reachable (grpo_katas/symptoms.py);
+    the brief's seed and at all but one in five of the seeds asked for; the brief's recorded run and its healthy
+    run print their recorded tables under each CPU kernel path asked for, and the numbers the brief prints read
+    true there (under each path where they come from those runs, under this CPU's where they come from a rerun
+    under other settings); and, with seeds asked for, each symptom goes away when a bug it names is healed, so
+    every bug is reachable (grpo_katas/symptoms.py);
   - the first codebase with any one contract function returning NaN (every float it returns) fails at least one
     check of that function's component: no comparison lets a NaN through.
-It prints the bugs-by-checks matrix and exits non-zero on any violation.
+It prints the bugs-by-checks matrix, then what the proof cost (`make verify: ...`: the CPU-seconds of judging and of
+making runs, and what each costs a planting, a kata and a symptom, which .ci/measure echoes), and exits non-zero on
+any violation.
 """
 import argparse
 import ast
@@ -60,12 +64,13 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo_katas import ROOT
+from grpo_katas import ROOT, run_counted
 from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
                                   load_katas, plant, tells_in)
 from grpo_katas.lint import LintUnavailable, planted_findings
@@ -211,9 +216,10 @@ def nan_problems(first: dict) -> list:
     return problems
 
 
-def run_matrix(targets: dict, seeds, processes: int) -> tuple:
+def run_matrix(targets: dict, seeds, processes: int, cost: "Cost | None" = None) -> tuple:
     """({seed: {name: {CheckId: Verdict}}}, problems, clean) for every target, in `processes` parallel judges; clean
-    names the targets that loaded and whose judge saw no hang, crash or restart: verdicts fit to keep."""
+    names the targets that loaded and whose judge saw no hang, crash or restart: verdicts fit to keep. The judges'
+    CPU-seconds (their workers' included) go to `cost`."""
     names = list(targets)
     chunks = [names[i::processes] for i in range(processes)]
 
@@ -223,11 +229,16 @@ def run_matrix(targets: dict, seeds, processes: int) -> tuple:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
         cmd = [sys.executable, "-m", "grpo_katas.matrix", *[f"--seed={s}" for s in seeds], "--out", str(out),
                *[str(targets[n]) for n in chunk]]
-        r = subprocess.run(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        with tempfile.TemporaryFile("w+") as err:
+            code, cpu = run_counted(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            err.seek(0)
+            stderr = err.read()
+        if cost is not None:
+            cost.judged(len(chunk) * len(seeds), cpu)
         try:
             data = json.loads(out.read_text())
         except ValueError:
-            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {r.returncode}): {r.stderr[-500:]}"], []
+            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {code}): {stderr[-500:]}"], []
         finally:
             out.unlink(missing_ok=True)
         found = {s: {} for s in seeds}
@@ -249,7 +260,7 @@ def run_matrix(targets: dict, seeds, processes: int) -> tuple:
     return merged, problems, clean
 
 
-def judge(targets: dict, seeds, processes: int, cache: VerdictCache) -> tuple:
+def judge(targets: dict, seeds, processes: int, cache: VerdictCache, cost: "Cost | None" = None) -> tuple:
     """({seed: {name: verdicts}}, problems, files judged, targets reused). Targets with the same bytes are judged
     once (a one-bug kata is its bug planted alone in its codebase); a file judged before under the same key at every
     seed comes from the cache; what was judged cleanly goes into the cache."""
@@ -265,7 +276,7 @@ def judge(targets: dict, seeds, processes: int, cache: VerdictCache) -> tuple:
             continue
         for s, verdicts in found.items():
             runs[s].update(dict.fromkeys(names, verdicts))
-    fresh, problems, clean = run_matrix({n: targets[n] for n in todo.values()}, seeds, processes)
+    fresh, problems, clean = run_matrix({n: targets[n] for n in todo.values()}, seeds, processes, cost)
     for key, name in todo.items():
         if cache.key(targets[name]) != key:  # rebuilt while judged: its verdicts are of bytes no key names
             problems.append(f"{name}: its file changed while it was judged: run verify again once nothing is "
@@ -404,16 +415,41 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
     return checks
 
 
-def symptom_problems(katas, processes: int, seeds=None, kernels=None) -> list:
+def symptom_problems(katas, processes: int, seeds=None, kernels=None, cost: "Cost | None" = None) -> list:
     """Each kata's recorded symptoms against runs of the kata and its healthy codebase (grpo_katas/symptoms.py),
-    made in `processes` parallel processes and kept in .cache/symptoms/. seeds None: the brief's seed; otherwise
-    each symptom must hold at all but one in five of them (4 of 0-4). kernels None: this process's CPU kernel path;
-    otherwise the brief's seed is checked under each (("default", "avx2"), "avx512" where the CPU has it)."""
+    made in `processes` parallel processes and kept in .cache/symptoms/ (keyed by the bytes of the code they ran).
+    seeds None: the brief's seed; otherwise each symptom must hold at all but one in five of them (4 of 0-4).
+    kernels None: this process's CPU kernel path; otherwise each record is checked under each (("default", "avx2"),
+    "avx512" where the CPU has it). What the runs cost goes to `cost`."""
     from grpo_katas import symptoms
     try:
-        return symptoms.check(katas, processes, seeds, kernels, log=print)
+        return symptoms.check(katas, processes, seeds, kernels, log=print, made=cost.ran if cost is not None else None)
     except symptoms.Changed as exc:
         return [f"symptoms: {exc}"]
+
+
+class Cost:
+    """What a proof spent, in CPU-seconds: judging files (each at each seed) and making runs (each of some steps),
+    counted as the judges and the run makers end; the arithmetic of the CI issue's projection."""
+
+    def __init__(self):
+        self.lock, self.judging, self.judgings, self.running, self.runs, self.steps = threading.Lock(), 0.0, 0, 0.0, 0, 0
+
+    def judged(self, judgings: int, cpu: float) -> None:
+        with self.lock:
+            self.judgings, self.judging = self.judgings + judgings, self.judging + cpu
+
+    def ran(self, runs: int, steps: int, cpu: float) -> None:
+        with self.lock:
+            self.runs, self.steps, self.running = self.runs + runs, self.steps + steps, self.running + cpu
+
+    def line(self, plantings: int, katas: int, symptoms: int) -> str:
+        """One line `.ci/measure` echoes: each part's CPU-seconds and what it costs a planting, a kata, a symptom."""
+        per = lambda total, n: f"{total / n:.2f}" if n else "-"  # noqa: E731
+        return (f"make verify: judging {self.judging:.0f} CPU-s for {self.judgings} file-seeds "
+                f"({per(self.judging, self.judgings)} each; {per(self.judging, plantings)} a planting); runs "
+                f"{self.running:.0f} CPU-s for {self.runs} runs, {self.steps} steps ({per(self.running, self.steps)} "
+                f"a step; {per(self.running, katas)} a kata, {per(self.running, symptoms)} a symptom)")
 
 
 def catalogue_rules(bugs, katas, problems) -> None:
@@ -462,30 +498,29 @@ def main(argv=None) -> int:
     bugs = load_bugs()
     katas = load_katas() if not args.codebase else []  # --codebase: the codebase and its bugs only
     judged = {(b.id, name) for b in bugs.values() for name in codebases if b.applies_to(name)} if seeds else set()
-    problems = []
+    problems, cost = [], Cost()
     if not args.codebase:
         catalogue_rules(bugs, katas, problems)
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
+        # the symptom runs need no verdict and no static rule: they start first and run beside the static rules and
+        # the judges, so that no core waits on another's last process
+        kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas and seeds else ()
+        symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds, kernels=kernels,
+                               cost=cost) if katas and seeds else None
         targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
         if not seeds:  # the static tier: no verdict, no run
             problems += static_problems(katas)
             return conclude(f"static tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
                             f"codebases) and {len(katas)} katas", problems, start)
-        kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
-        # the symptom runs need no verdict: they run beside the judges, so neither waits on the other's last process
-        with ThreadPoolExecutor(2) as pool:
-            symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds,
-                                   kernels=kernels) if katas else None
-            targets.update(nan_variants(codebases[0], Path(tmp)))
-            runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh))
-            problems += trouble
-            print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
-                  f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)",
-                  flush=True)
-            if symptoms:
-                problems += symptoms.result()
-                print(f"the symptoms and records of {len(katas)} katas ({time.perf_counter() - start:.0f} s)",
-                      flush=True)
+        targets.update(nan_variants(codebases[0], Path(tmp)))
+        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh),
+                                             cost)
+        problems += trouble
+        print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
+              f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)
+        if symptoms:
+            problems += symptoms.result()
+            print(f"the symptoms and records of {len(katas)} katas ({time.perf_counter() - start:.0f} s)", flush=True)
     first = runs[seeds[0]]
     for seed in seeds[1:]:
         for name in targets:
@@ -496,6 +531,7 @@ def main(argv=None) -> int:
     if checks:
         print_matrix(bugs, checks, first, codebases)
         problems += nan_problems(first)
+    print("\n" + cost.line(len(judged), len(katas), sum(len(k.symptoms) for k in katas)), flush=True)
     return conclude(f"{level.name} tier: {len(judged)} of {sum(len(b.edits) for b in bugs.values())} plantings "
                     f"judged ({len(CODEBASES)} codebases), {len(katas)} katas, {len(checks)} checks, seeds {seeds}",
                     problems, start)

@@ -2,6 +2,7 @@
 symptom, the static tier applies every rule that needs no run; verdicts are reused only under the key they were
 judged with, a key that covers every file the judge imports; a second run judges only what an edit changed.
 Run: pytest tests/test_verify.py"""
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from grpo_katas.matrix import Verdict
 
 def fake_matrix(calls: list, troubled=()):
     """A stand-in for run_matrix: a target fails one check when its file says so; `troubled` targets had a hang."""
-    def run_matrix(targets, seeds, processes):
+    def run_matrix(targets, seeds, processes, cost=None):
         calls.append(sorted(targets))
         verdicts = {n: {CheckId("loss", "grad"): Verdict("fail" not in Path(p).read_text(), items=1)}
                     for n, p in targets.items()}
@@ -61,7 +62,7 @@ def test_the_verdicts_of_a_judge_that_saw_a_hang_are_not_kept(tmp_path, files, m
 def test_a_target_rebuilt_while_it_was_judged_is_named_and_its_verdicts_not_kept(tmp_path, files, monkeypatch):
     calls, matrix = [], fake_matrix([])
 
-    def rebuilt_meanwhile(targets, seeds, processes):
+    def rebuilt_meanwhile(targets, seeds, processes, cost=None):
         found = matrix(targets, seeds, processes)
         files["c"].write_text("pass, rebuilt")
         return found
@@ -141,13 +142,13 @@ def test_the_full_tier_judges_every_planting_and_applies_every_rule(tmp_path, mo
             return set(bugs[bug].checks_in(codebase))
         return fail_to_pass(katas[name], bugs) if name in katas else set()
 
-    def run_matrix(targets, seeds, processes):
+    def run_matrix(targets, seeds, processes, cost=None):
         seen.update(dict.fromkeys(targets, seeds))
         verdicts = {n: {c: Verdict(c not in declared(n), kind="assertion") for c in checks} for n in targets}
         return {s: verdicts for s in seeds}, [], list(targets)
     monkeypatch.setattr(verify, "run_matrix", run_matrix)
     symptoms = []
-    monkeypatch.setattr(verify, "symptom_problems", lambda katas, processes, seeds, kernels: symptoms.append(
+    monkeypatch.setattr(verify, "symptom_problems", lambda katas, processes, seeds, kernels, cost: symptoms.append(
         (len(katas), seeds, kernels)) or [])
     monkeypatch.setattr(verify, "has_avx512", lambda: True)  # as on a CPU that has it
     monkeypatch.setattr(verify, "CACHE", tmp_path)
@@ -159,6 +160,7 @@ def test_the_full_tier_judges_every_planting_and_applies_every_rule(tmp_path, mo
     assert {n.split("@")[0] for n in seen if "@" in n} == set(bugs)
     assert set(seen.values()) == {verify.TIERS["full"].seeds}
     assert symptoms == [(len(katas), (0, 1, 2, 3, 4), ("default", "avx2", "avx512"))]
+    assert re.search(r"^make verify: judging \d+ CPU-s for \d+ file-seeds .* runs \d+ CPU-s for \d+ runs", out, re.M)
 
 
 @pytest.mark.slow

@@ -39,7 +39,7 @@ def pytest_addoption(parser):
     parser.addoption("--share", metavar="FOLDER", default=None,
                      help="run only the tests that no other pytest given the same FOLDER has taken, each taken as this "
                           "one comes to it: make test's workers share the tests out so, the next free test to whichever "
-                          "is free")
+                          "is free (the tests of a module that share a module-scoped fixture go together)")
 
 
 TAKEN = pytest.StashKey[tuple]()  # (the indexes of the tests this process took, how many were collected): --share
@@ -47,37 +47,60 @@ TAKEN = pytest.StashKey[tuple]()  # (the indexes of the tests this process took,
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtestloop(session):
-    """pytest's own loop (_pytest/main.py) over the tests this process takes (--share): it takes the next one before
-    it runs this one, so that each test's teardown knows what comes after it here."""
+    """pytest's own loop (_pytest/main.py) over the tests this process takes (--share), a group at a time: it takes
+    the next group before it runs this one, so that each test's teardown knows what comes after it here."""
     folder = session.config.getoption("--share")
     if folder is None or session.config.option.collectonly or session.testsfailed:
         return None  # pytest's loop: it reports collection errors
     taken = []
     session.config.stash[TAKEN] = taken, len(session.items)
-    i = take(folder, session.items, 0, taken)
-    while i is not None:
-        after = take(folder, session.items, i + 1, taken)
-        session.items[i].config.hook.pytest_runtest_protocol(
-            item=session.items[i], nextitem=None if after is None else session.items[after])
-        if session.shouldfail:
-            raise session.Failed(session.shouldfail)
-        if session.shouldstop:
-            raise session.Interrupted(session.shouldstop)
-        i = after
+    groups = together(session.items)
+    g = take(folder, session.items, groups, 0, taken)
+    while g is not None:
+        after = take(folder, session.items, groups, g + 1, taken)
+        for i, nxt in zip(groups[g], groups[g][1:] + [None if after is None else groups[after][0]]):
+            session.items[i].config.hook.pytest_runtest_protocol(
+                item=session.items[i], nextitem=None if nxt is None else session.items[nxt])
+            if session.shouldfail:
+                raise session.Failed(session.shouldfail)
+            if session.shouldstop:
+                raise session.Interrupted(session.shouldstop)
+        g = after
     return True
 
 
-def take(folder, items: list, start: int, taken: list) -> int | None:
-    """The index of the first test from `start` on that no process sharing `folder` has taken, now taken by this one
-    (a file named by its id's hash, made if absent in one atomic step) and added to `taken`, or None."""
-    for i in range(start, len(items)):
-        name = hashlib.sha256(items[i].nodeid.encode()).hexdigest()[:32]
+def together(items: list) -> list:
+    """The tests in groups that one process runs whole, the largest first (then in the order collected), so that no
+    process is left with a long group at the end: the tests of a module that use one of its module-scoped fixtures
+    go together (two processes would each set it up, the hostile grading suite's minutes among them); every other
+    test is a group of its own."""
+    groups, by_module = [], {}
+    for i, item in enumerate(items):
+        info = getattr(item, "_fixtureinfo", None)
+        scoped = info is not None and any(d[-1].scope == "module" for d in info.name2fixturedefs.values() if d)
+        if not scoped:
+            groups.append([i])
+            continue
+        key = item.nodeid.split("::")[0]
+        if key not in by_module:
+            by_module[key] = []
+            groups.append(by_module[key])
+        by_module[key].append(i)
+    return sorted(groups, key=len, reverse=True)
+
+
+def take(folder, items: list, groups: list, start: int, taken: list) -> int | None:
+    """The index of the first group from `start` on that no process sharing `folder` has taken, now taken by this
+    one (a file named by its first test's id hash, made if absent in one atomic step) and its tests added to
+    `taken`; None when none is left."""
+    for g in range(start, len(groups)):
+        name = hashlib.sha256(items[groups[g][0]].nodeid.encode()).hexdigest()[:32]
         try:
             os.close(os.open(os.path.join(folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             continue
-        taken.append(i)
-        return i
+        taken.extend(groups[g])
+        return g
     return None
 
 

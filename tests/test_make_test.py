@@ -1,6 +1,6 @@
 """`make test` (tests/__main__.py): the proof runs niced beside the other parts, its report comes last, and the exit
 status is the first failure. Tiny commands stand in for the tests, the checks and the proof. CI (.ci/run) runs make
-test, then the slow tests and the whole proof, and .ci/measure times each of its commands.
+test, then the whole proof and the slow tests, and .ci/measure times each of its commands.
 Run: pytest tests/test_make_test.py"""
 import importlib.machinery
 import importlib.util
@@ -66,12 +66,47 @@ def test_workers_that_share_a_folder_run_each_test_once(tmp_path):
     assert sum(taken) == 12 and len({pid for *_, pid in ran}) == sum(t > 0 for t in taken)
 
 
+def test_the_tests_of_a_module_scoped_fixture_run_in_one_worker_which_sets_it_up_once(tmp_path):
+    """A module's costly fixture (the hostile grading suite is minutes) is set up by one worker, not by each."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_shared.py").write_text(
+        "import os, time\nimport pytest\n\n@pytest.fixture(scope='module')\ndef costly():\n"
+        "    open(f'setup-{os.getpid()}', 'w').close()\n    return 1\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_uses_it(costly, n):\n    time.sleep(0.05)\n\n"
+        "@pytest.mark.parametrize('n', range(6))\ndef test_alone(n):\n    time.sleep(0.05)\n")
+    share = tmp_path / "share"
+    share.mkdir()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={share}", "test_shared.py"]
+    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [w.communicate(timeout=60)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    assert len(list(tmp_path.glob("setup-*"))) == 1  # one worker set the fixture up
+    taken = [int(re.search(r"this worker took (\d+) of the 12 tests", out)[1]) for out in outs]
+    assert sum(taken) == 12 and max(taken) >= 6
+
+
 def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):
     parts = [("the tests", [py("import time; time.sleep(0.2)")])]
     assert run(parts, PROOF, cwd=tmp_path) == 0
     out = capfd.readouterr().out
     assert "waiting for the proof" in out  # the proof (0.5 s) was still running when the tests (0.2 s) ended
     assert int(out.rsplit("niceness", 1)[1].split()[0]) == min(os.nice(0) + 10, 19)  # 19 is the lowest priority
+
+
+def test_the_slow_tests_run_without_a_proof_beside_them_and_say_so(tmp_path, capfd):
+    parts = [("the slow tests", [py("print('slow', 'ran'); raise SystemExit(1)"), py("print('other', 'ran')")])]
+    assert run(parts, None, cwd=tmp_path, name="the slow tests") == 1
+    out = capfd.readouterr().out
+    assert "proof" not in out and out.index("slow ran") < out.index("other ran")
+    assert out.strip().splitlines()[-1].startswith("the slow tests: the slow tests ")
+
+
+def test_make_test_and_the_slow_tests_share_their_tests_out_over_the_same_workers():
+    from tests.__main__ import WORKERS, slow_steps, steps
+    fast, slow = steps([], "F")[0][1], slow_steps([], "S")[0][1]
+    assert len(fast) == len(slow) == WORKERS
+    assert all(c[c.index("-m", 3) + 1] == "not slow" and "--share=F" in c for c in fast)
+    assert all(c[c.index("-m", 3) + 1] == "slow" and "--share=S" in c for c in slow)
 
 
 def ci_measure():
@@ -81,11 +116,11 @@ def ci_measure():
     return module
 
 
-def test_ci_runs_make_test_then_the_slow_tests_then_the_whole_proof_fresh_and_measure_times_each():
+def test_ci_runs_make_test_then_the_whole_proof_fresh_then_the_slow_tests_and_measure_times_each():
     measure = ci_measure()
     setup, rest = measure.split_setup(measure.ci_commands(ROOT / ".ci" / "run"))
     assert [c.split("&&")[0].strip() for c in setup] == ["make setup"] and "'.[hf]'" in setup[0]  # tests/test_hf.py
-    assert rest == ["make test", ".venv/bin/python -m pytest -q -m slow --durations=12 tests", "make verify FRESH=1"]
+    assert rest == ["make test", "make verify FRESH=1", ".venv/bin/python -m tests --slow"]
     assert measure.split_setup(["make test"]) == (["make setup"], ["make test"])
 
 
@@ -95,3 +130,9 @@ def test_measure_gives_each_command_its_wall_and_cpu_seconds(tmp_path, capfd):
         code, wall, cpu, busy = ci_measure().timed(f"{burn}; echo 'make test: done'; exit 3", tmp_path, log)
     assert code == 3 and cpu >= 0.3 and wall >= cpu - 0.05 and busy >= 0.25
     assert "make test: done" in capfd.readouterr().out and "make test: done" in (tmp_path / "log").read_text()
+
+
+def test_measure_projects_ci_at_twice_the_catalogue_by_doubling_the_proof_alone():
+    line = ci_measure().projection(["make setup", "make test", "make verify FRESH=1", ".venv/bin/python -m tests --slow"],
+                                   [45.0, 200.0, 1000.0, 300.0])
+    assert line.startswith("at twice the catalogue: 2545 s (42.4 min), the proof 2000 s of it") and "the rest 545 s" in line

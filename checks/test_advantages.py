@@ -3,14 +3,15 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.compare import close, worst
+from checks.compare import close, shaped, worst
 from checks.stubs import DRAWS, randint, rng, rounded
 
 pytestmark = pytest.mark.component("advantages")
 
 
 def advantages(grpo, rewards, G, eps=1e-4):
-    return grpo.group_advantages(rewards, G, eps).detach().double().cpu()
+    a = shaped(grpo.group_advantages(rewards, G, eps), rewards.shape, "advantages: group_advantages returned a tensor")
+    return a.detach().double().cpu()
 
 
 @pytest.mark.parametrize("draw", DRAWS)
@@ -84,7 +85,7 @@ def test_advantages_match_the_formula(grpo, seed, draw):
 def test_no_gradient_flows_out_of_the_advantages(grpo, seed):
     gen = rng(seed, 0, 16)
     rewards = torch.rand(8, generator=gen).requires_grad_()
-    a = grpo.group_advantages(rewards, 4, 1e-4)
+    a = shaped(grpo.group_advantages(rewards, 4, 1e-4), rewards.shape, "advantages: group_advantages returned a tensor")
     assert not a.requires_grad, (
         "advantages: for rewards that require grad, group_advantages returns a tensor that requires grad; "
         "expected one that does not")

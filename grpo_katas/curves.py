@@ -138,9 +138,9 @@ def plot_png(runs: dict, path: Path, title: str = "", curves=CURVES) -> bool:
         ax.set_ylim(lo, hi)
         ax.set_ylabel(label)
         ax.legend(loc="best", fontsize="small")
-    axes[-1].set_xlabel("step")
+    axes[-1, 0].set_xlabel("step")
     if title:
-        axes[0].set_title(title)
+        axes[0, 0].set_title(title)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -373,6 +373,7 @@ def test_run_shows_what_the_loop_prints_by_step_capped_with_all_of_it_in_run_log
     assert "hot 3.499" in log and "to stderr at step 3" in log
 
 
+@pytest.mark.plot
 def test_run_writes_curves_it_cannot_save_as_one_line_after_the_run(repo):
     pytest.importorskip("matplotlib")
     cli(repo, "kata", "2")

@@ -120,8 +120,25 @@ def test_ci_runs_make_test_then_the_whole_proof_fresh_then_the_slow_tests_and_me
     measure = ci_measure()
     setup, rest = measure.split_setup(measure.ci_commands(ROOT / ".ci" / "run"))
     assert [c.split("&&")[0].strip() for c in setup] == ["make setup"] and "'.[hf]'" in setup[0]  # tests/test_hf.py
-    assert rest == ["make test", "make verify FRESH=1", ".venv/bin/python -m tests --slow"]
+    assert rest[:3] == ["make test", "make verify FRESH=1", ".venv/bin/python -m tests --slow"]
+    extras = rest[3]
+    assert len(rest) == 4 and "'.[dev,hf,plot]'" in extras and extras.endswith("pytest -q -p no:cacheprovider -m plot tests")
+    every = re.findall(r"^(\w+) = \[", (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1]
+                       .split("\n[")[0], re.M)
+    assert sorted(every) == ["dev", "hf", "plot"], every  # an extra added to pyproject.toml is added to CI's too
     assert measure.split_setup(["make test"]) == (["make setup"], ["make test"])
+
+
+def test_every_test_that_skips_without_matplotlib_is_marked_for_ci_s_environment_of_extras():
+    import ast
+    for path in (ROOT / "tests").glob("test_*.py"):
+        for fn in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(fn, ast.FunctionDef):
+                continue
+            skips = any(isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "importorskip" and n.args and
+                        getattr(n.args[0], "value", None) == "matplotlib" for n in ast.walk(fn))
+            marked = any(ast.unparse(d) == "pytest.mark.plot" for d in fn.decorator_list)
+            assert marked or not skips, f"{path.name}::{fn.name} needs matplotlib: mark it @pytest.mark.plot"
 
 
 def test_measure_gives_each_command_its_wall_and_cpu_seconds(tmp_path, capfd):

@@ -184,6 +184,7 @@ def test_every_bench_stage_reports_its_progress(monkeypatch):
     assert ran == [["-c", "import torch, pytest"], ["-m", "pytest"]]
 
 
+@pytest.mark.plot
 def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
     pytest.importorskip("matplotlib")
     from grpo_katas.curves import plot_png
@@ -281,6 +282,7 @@ def test_make_train_passes_an_out_with_spaces_whole(repo):
     assert code == 0 and (repo / "runs" / "a run" / "checkpoint.pt").exists(), said
 
 
+@pytest.mark.plot
 def test_a_nan_curve_shows_in_the_png(tmp_path, monkeypatch):
     """A line through NaN draws nothing, nor does a line of one point: the run that went NaN after one step must
     still show, a dot where it was finite and an x on the panel's top edge where not, in its own colour."""

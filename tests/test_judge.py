@@ -82,8 +82,9 @@ def payload(header, data: bytes = b"") -> bytes:
 
 
 def test_a_reply_cannot_make_the_judge_hold_more_than_the_frame_it_read():
-    """One 8 MiB byte range listed 300 times as 300 tensors once made the judge copy out 2.4 GiB from one frame."""
-    blob = bytes(8 * 2**20)
+    """One 8 MiB byte range listed 300 times as 300 tensors once made the judge copy out 2.4 GiB from one frame (here
+    1 MiB, as many elements as one tensor may count)."""
+    blob = bytes(wire.MAX_ELEMENTS)
     one = ["uint8", [len(blob)], 0, len(blob)]
     amplified = [payload({"tree": [{"__t": i} for i in range(300)], "tensors": [one] * 300}, blob),
                  payload({"tree": [{"__t": 0}] * 300, "tensors": [one]}, blob)]
@@ -95,14 +96,18 @@ def test_a_reply_cannot_make_the_judge_hold_more_than_the_frame_it_read():
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert peak < 2 * len(blob), f"decoding took {peak / 2**20:.0f} MiB for a frame of 8 MiB"
+    assert peak < 2 * len(blob), f"decoding took {peak / 2**20:.0f} MiB for a frame of {len(blob) / 2**20:.0f} MiB"
+    assert wire.unpack(payload({"tree": [{"__t": 0}], "tensors": [["float32", [16, 4096, 0], 0, 0]]}, b""))[0].shape \
+        == (16, 4096, 0)  # an empty tensor whose quote stays small travels
     tiled = [["uint8", [2], 0, 2], ["uint8", [2], 2, 2]]
     assert [t.tolist() for t in wire.unpack(payload({"tree": [{"__t": 0}, {"__t": 1}], "tensors": tiled},
                                                     b"abcd"))] == [[97, 98], [99, 100]]
     for index, data in [([["uint8", [2], 0, 2], ["uint8", [2], 1, 2]], b"abc"),   # overlapping
                         ([["uint8", [2], 2, 2]], b"abcd"),                            # a gap, then past the end
                         ([["uint8", [4], 0, 4]], b"abcdef"),                          # bytes nobody holds
-                        ([["uint8", [0], 0, 0]] * (wire.MAX_TENSORS + 1), b"")]:     # too many tensors
+                        ([["uint8", [0], 0, 0]] * (wire.MAX_TENSORS + 1), b""),       # too many tensors
+                        ([["float32", [2048, 4096, 0], 0, 0]], b""),                  # empty, but 8M to quote
+                        ([["uint8", [2**21, 1], 0, 2**21]], bytes(2**21))]:           # 2 MiB of elements
         with pytest.raises(wire.ProtocolError):
             wire.unpack(payload({"tree": [{"__t": i} for i in range(len(index))], "tensors": index}, data))
 

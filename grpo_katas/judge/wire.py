@@ -10,7 +10,7 @@ message, this costs microseconds.)
 What a worker sends is bounded before the judge holds it: a frame of at most MAX_FRAME bytes with a header of at
 most MAX_HEADER, at most MAX_TENSORS tensors whose byte ranges tile the data in order (none overlaps another or
 leaves it, and each is used once in the tree, so the tensors the judge builds never hold more bytes than the
-frame it read), lists and dicts of at most MAX_ITEMS entries, integers within 64 bits, strings cut to MAX_STRING
+frame it read) and whose shapes count at most MAX_ELEMENTS elements even where a size of 0 leaves them empty, lists and dicts of at most MAX_ITEMS entries, integers within 64 bits, strings cut to MAX_STRING
 characters with any lone surrogate replaced (so no report the judge writes can fail to encode), and dtypes only
 from DTYPES: no name a worker sends is ever looked up as an attribute of anything. Every number of the header is
 checked for its type and range; `count` checks one a caller uses as a count.
@@ -39,6 +39,9 @@ MAX_FRAME = 16 * 2**20           # larger frames are refused (the checks' larges
 MAX_HEADER = 2**20               # bytes of a frame's JSON header (the checks' largest is 23 kB)
 MAX_TENSORS = 4096               # tensors in one frame (the checks' largest reply holds 162)
 MAX_DIMS = 32                    # dimensions of one tensor
+MAX_ELEMENTS = 2**20             # elements of one tensor, each size of 0 counted as 1: what quoting it would make
+                                 # (an empty tensor of shape (2048, 4096, 0) is 8 million empty lists to .tolist()
+                                 # and took the judge from 275 MB to 1.5 GB; the checks' largest holds 16,384)
 MAX_INT = 2**63                  # an integer in a frame is within 64 bits, as every one a tensor or a count can be
 MAX_ITEMS = 10_000               # entries of one list or dict; more is refused
 MAX_STRING = 10_000              # characters of one string; longer ones are cut
@@ -125,6 +128,9 @@ def _tensors(index, data) -> list:
             raise ProtocolError(f"tensor {i}: a shape that is not a list of at most {MAX_DIMS} sizes")
         for d in shape:
             count(d, f"tensor {i}: a size", MAX_FRAME)
+        if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+            raise ProtocolError(f"tensor {i}: a shape of {math.prod(max(d, 1) for d in shape)} elements, each size "
+                                f"of 0 counted as 1 (the limit is {MAX_ELEMENTS})")
         count(offset, f"tensor {i}: an offset", len(data))
         count(n, f"tensor {i}: a length", len(data))
         if offset != end:

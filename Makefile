@@ -28,13 +28,20 @@ MAKEFLAGS += -r --no-print-directory
 unexport MAKEFLAGS MFLAGS  # a command that runs make itself (the tests do) starts from its own flags
 .SUFFIXES:
 .SILENT:
-STATUS = $(or $(TMPDIR),/tmp)/grpo-katas-make-$(MAKE_PID)
-MAKE_PID := $(shell echo $$PPID)
-# the status the command of target $(1) recorded, and the file gone
-status_of = $(shell cat $(STATUS).$(1) 2>/dev/null; rm -f $(STATUS).$(1))
+# The statuses go in a folder of this make's own (mktemp -d: mode 0700, a name nobody can guess), never under a
+# shared name another user could put a FIFO or a link at; it is gone with the last status read (the last goal's, or
+# the first that failed, after which make stops).
+ifeq ($(DRY),)
+STATUS := $(shell mktemp -d "$${TMPDIR:-/tmp}/grpo-katas-make.XXXXXXXXXX")
+endif
+LAST_GOAL := $(lastword $(or $(MAKECMDGOALS),help))
+# the status the command of target $(1) recorded, the file gone, and the folder with it after the last one
+status_of = $(shell s=$$(cat $(STATUS)/$(1) 2>/dev/null); rm -f $(STATUS)/$(1); \
+              if [ "$$s" != 0 ] || [ $(1) = $(LAST_GOAL) ]; then rmdir $(STATUS) 2>/dev/null; fi; echo "$$s")
 # $(call do,T): the recipe line of .do-T, which runs DO_T (a variable: a command holds commas, which would split
 # the call's arguments)
-do = $(RUN)$(if $(call refused,$(1)),$(call refusal,$(1)),$(DO_$(1))); echo $$? > $(STATUS).$(1)
+do = $(RUN)$(if $(call refused,$(1)),$(call refusal,$(1)),$(if $(MULTILINE),$(LINE_BREAK),$(DO_$(1)))); \
+     echo $$? > $(STATUS)/$(1)
 
 # --- the settings each target takes -----------------------------------------------------------------------
 # A setting given on the command line that a target does not take is refused in one line, never ignored.
@@ -68,13 +75,32 @@ WHY_check_SET     := the checks set every GRPOConfig field themselves; make run 
 WHY_check_DEVICE  := the checks run on the CPU; make run N=.. DEVICE=cuda trains your copy on a GPU
 WHY_check_NPROC   := the checks run two ranks themselves (update and training); make run N=.. NPROC=2 runs yours
 WHY_kata_MODEL    := a kata is the same loop on any model; make run N=.. MODEL=.. runs it on one
-given    = $(foreach v,$(VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
-refused  = $(filter-out $(TAKES_$(1)),$(given))
+refused  = $(filter-out $(TAKES_$(1)),$(GIVEN))
 refusal  = echo "error: make $(1) does not take $(firstword $(call refused,$(1)))=: $(or \
            $(WHY_$(1)_$(firstword $(call refused,$(1)))),$(if $(TAKES_$(1)),it takes $(TAKES_$(1)),it takes no \
            setting) (make help lists what each target takes))" >&2; (exit 2)
 # a switch as the CLI takes it (1/yes/true/on or 0/no/false/off; anything else is refused there)
-switch   = $(if $($(1)),$(2)="$($(1))")
+switch   = $(if $($(1)),$(2)=$(call q,$(1)))
+
+# --- a value reaches the CLI as typed ---------------------------------------------------------------------
+# Neither make nor the shell may expand what a user typed: GNU make expands a command-line variable's value wherever
+# it is read, and again when it exports it to a recipe's environment (even one that never reads it), so
+# `SUBMISSION='$$(shell id)'` ran `id`, and a shell runs backquotes and $$(...) inside double quotes. So the settings
+# given (GIVEN, taken first: this changes their origin) are each kept as the text typed (override, simply expanded:
+# a $$(value ...) is never expanded again), none is exported, and each reaches the shell in single quotes: q.
+GIVEN := $(foreach v,$(VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+$(foreach v,$(GIVEN),$(eval override $(v) := $$(value $(v))))
+unexport $(VARIABLES)
+q        = '$(subst ','\'',$($(1)))'
+# SET, split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"), each word quoted
+qwords   = $(foreach w,$($(1)),'$(subst ','\'',$(w))')
+# a value with a line break in it would end the recipe's command line: the first such setting is refused by name
+define LF
+
+
+endef
+MULTILINE  := $(firstword $(foreach v,$(GIVEN),$(if $(findstring $(LF),$($(v))),$(v))))
+LINE_BREAK  = echo "error: $(MULTILINE)= holds a line break: a setting is one line" >&2; (exit 2)
 
 TARGETS := help setup bubblewrap test check verify katas kata next run watch hint solution reset list drill \
            stats mock mock-notes mock-end bundle grade train bench gpu-check
@@ -172,52 +198,54 @@ DO_test = $(PYTHON) -m tests
 
 # N given, even empty (`make check N=`), means a kata; else TARGET, a file; with neither the CLI asks which kata.
 # Both print the same component table; `pytest checks --target FILE` gives pytest's own report.
-CHECK_FLAGS = $(if $(SEED),--seed "$(SEED)") $(call switch,ALL,--all) $(if $(COMPONENT),--component "$(COMPONENT)")
+CHECK_FLAGS = $(if $(SEED),--seed $(call q,SEED)) $(call switch,ALL,--all) $(if $(COMPONENT),--component $(call q,COMPONENT))
 .do-check: $(STAMP)
 	$(call do,check)
-DO_check = $(CLI) check $(if $(filter-out undefined,$(origin N)),"$(N)",$(if $(filter-out \
-		undefined,$(origin TARGET)),--target "$(TARGET)")) $(CHECK_FLAGS) $(if $(FORMAT),--format "$(FORMAT)")
+DO_check = $(CLI) check $(CHECK_FLAGS) $(if $(FORMAT),--format $(call q,FORMAT)) $(if $(filter-out \
+		undefined,$(origin N)),-- $(call q,N),$(if $(filter-out undefined,$(origin TARGET)),--target $(call q,TARGET)))
 
 .do-watch: $(STAMP)
 	$(call do,watch)
-DO_watch = $(CLI) watch "$(N)" $(CHECK_FLAGS)
+DO_watch = $(CLI) watch $(CHECK_FLAGS) -- $(call q,N)
 
 .do-kata: $(STAMP)
 	$(call do,kata)
-DO_kata = $(CLI) kata "$(N)"
+DO_kata = $(CLI) kata -- $(call q,N)
 
 .do-hint: $(STAMP)
 	$(call do,hint)
-DO_hint = $(CLI) hint "$(N)"
+DO_hint = $(CLI) hint -- $(call q,N)
 
 .do-next: $(STAMP)
 	$(call do,next)
-DO_next = $(CLI) next $(if $(TIER),--tier "$(TIER)") $(if $(CODEBASE),--codebase "$(CODEBASE)")
+DO_next = $(CLI) next $(if $(TIER),--tier $(call q,TIER)) $(if $(CODEBASE),--codebase $(call q,CODEBASE))
 
-# SET is split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"); every other value is passed whole.
+# SET is split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"); every other value is passed whole, and a
+# target's own values after --, so that one that begins with - (N=-h) is a value, never an option.
 # FORCE, YES, ALL, RESUME, COMPILE and CHECKPOINTING go through as given: 1/yes/true/on mean yes, 0/no/false/off no.
 .do-run: $(STAMP)
 	$(call do,run)
-DO_run = $(CLI) run "$(N)" $(if $(STEPS),--steps "$(STEPS)") $(if $(SET),--set $(SET)) \
-		$(if $(NPROC),--nproc "$(NPROC)") $(if $(MODEL),--hf-model "$(MODEL)") $(if $(TASK),--task "$(TASK)") \
-		$(if $(SEED),--seed "$(SEED)") $(if $(DEVICE),--device "$(DEVICE)") $(if $(BUDGET),--budget "$(BUDGET)")
+DO_run = $(CLI) run $(if $(STEPS),--steps $(call q,STEPS)) $(if $(NPROC),--nproc $(call q,NPROC)) \
+		$(if $(MODEL),--hf-model $(call q,MODEL)) $(if $(TASK),--task $(call q,TASK)) $(if $(SEED),--seed $(call q,SEED)) \
+		$(if $(DEVICE),--device $(call q,DEVICE)) $(if $(BUDGET),--budget $(call q,BUDGET)) \
+		$(if $(SET),--set $(call qwords,SET)) -- $(call q,N)
 
 .do-solution: $(STAMP)
 	$(call do,solution)
-DO_solution = $(CLI) solution "$(N)" $(call switch,FORCE,--force)
+DO_solution = $(CLI) solution $(call switch,FORCE,--force) -- $(call q,N)
 
 .do-reset: $(STAMP)
 	$(call do,reset)
-DO_reset = $(CLI) reset "$(N)" $(call switch,YES,--yes)
+DO_reset = $(CLI) reset $(call switch,YES,--yes) -- $(call q,N)
 
 .do-list: $(STAMP)
 	$(call do,list)
-DO_list = $(CLI) list $(if $(TIER),--tier "$(TIER)") $(if $(CODEBASE),--codebase "$(CODEBASE)")
+DO_list = $(CLI) list $(if $(TIER),--tier $(call q,TIER)) $(if $(CODEBASE),--codebase $(call q,CODEBASE))
 
 .do-drill: $(STAMP)
 	$(call do,drill)
-DO_drill = $(CLI) drill $(if $(TIER),--tier "$(TIER)") $(if $(BUGS),--bugs "$(BUGS)") \
-		$(if $(CODEBASE),--codebase "$(CODEBASE)") $(if $(SEED),--seed "$(SEED)")
+DO_drill = $(CLI) drill $(if $(TIER),--tier $(call q,TIER)) $(if $(BUGS),--bugs $(call q,BUGS)) \
+		$(if $(CODEBASE),--codebase $(call q,CODEBASE)) $(if $(SEED),--seed $(call q,SEED))
 
 .do-stats: $(STAMP)
 	$(call do,stats)
@@ -233,11 +261,11 @@ DO_katas = $(PYTHON) -m grpo_katas.catalogue build
 
 .do-mock: $(STAMP)
 	$(call do,mock)
-DO_mock = $(CLI) mock "$(N)" $(if $(TIER),--tier "$(TIER)") $(if $(MINUTES),--minutes "$(MINUTES)")
+DO_mock = $(CLI) mock $(if $(TIER),--tier $(call q,TIER)) $(if $(MINUTES),--minutes $(call q,MINUTES)) -- $(call q,N)
 
 .do-mock-notes: $(STAMP)
 	$(call do,mock-notes)
-DO_mock-notes = $(CLI) mock-notes "$(N)"
+DO_mock-notes = $(CLI) mock-notes -- $(call q,N)
 
 .do-mock-end: $(STAMP)
 	$(call do,mock-end)
@@ -245,34 +273,34 @@ DO_mock-end = $(CLI) mock-end
 
 .do-bundle: $(STAMP)
 	$(call do,bundle)
-DO_bundle = $(CLI) bundle "$(N)" "$(OUT)"
+DO_bundle = $(CLI) bundle -- $(call q,N) $(call q,OUT)
 
 .do-grade: $(STAMP)
 	$(call do,grade)
-DO_grade = $(PYTHON) -m grpo_katas.grade "$(N)" "$(SUBMISSION)" "$(OUT)" $(if $(SEED),--seed "$(SEED)")
+DO_grade = $(PYTHON) -m grpo_katas.grade $(if $(SEED),--seed $(call q,SEED)) -- $(call q,N) $(call q,SUBMISSION) $(call q,OUT)
 
 .do-train: $(STAMP)
 	$(call do,train)
-DO_train = $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task "$(TASK)") $(if $(STEPS),--steps "$(STEPS)") \
-		$(if $(DEVICE),--device "$(DEVICE)") $(if $(SET),--set $(SET)) $(if $(OUT),--out "$(OUT)") \
-		$(call switch,RESUME,--resume) $(call switch,COMPILE,--compile) $(if $(NPROC),--nproc "$(NPROC)") \
-		$(if $(MODEL),--hf-model "$(MODEL)") $(call switch,CHECKPOINTING,--gradient-checkpointing) \
-		$(if $(SEED),--seed "$(SEED)") $(if $(EVAL_EVERY),--eval-every "$(EVAL_EVERY)") \
-		$(if $(SAMPLES),--samples "$(SAMPLES)")
+DO_train = $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(call q,TASK)) $(if $(STEPS),--steps $(call q,STEPS)) \
+		$(if $(DEVICE),--device $(call q,DEVICE)) $(if $(SET),--set $(call qwords,SET)) $(if $(OUT),--out $(call q,OUT)) \
+		$(call switch,RESUME,--resume) $(call switch,COMPILE,--compile) $(if $(NPROC),--nproc $(call q,NPROC)) \
+		$(if $(MODEL),--hf-model $(call q,MODEL)) $(call switch,CHECKPOINTING,--gradient-checkpointing) \
+		$(if $(SEED),--seed $(call q,SEED)) $(if $(EVAL_EVERY),--eval-every $(call q,EVAL_EVERY)) \
+		$(if $(SAMPLES),--samples $(call q,SAMPLES))
 
 .do-bench: $(STAMP)
 	$(call do,bench)
-DO_bench = $(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device "$(DEVICE)") \
-		$(if $(MODEL),--hf-model "$(MODEL)")
+DO_bench = $(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(call q,DEVICE)) \
+		$(if $(MODEL),--hf-model $(call q,MODEL))
 
 .do-gpu-check: $(STAMP)
 	$(call do,gpu-check)
-DO_gpu-check = $(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model "$(MODEL)")
+DO_gpu-check = $(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model $(call q,MODEL))
 
 # the files make reads, so that the rule below never takes them for a target
 Makefile pyproject.toml constraints.txt: ;
 
 # Anything else (a typo: `make runs`, where runs/ is a folder make would call up to date) is no target: one line.
 %: .no-such-target
-	$(RUN)echo "error: there is no target '$@'; make help lists them" >&2
+	$(RUN)echo "error: there is no target '$@'; make help lists them" >&2; rmdir $(STATUS) 2>/dev/null
 	false

@@ -44,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -353,8 +354,16 @@ def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bub
         raise UsageError(str(exc)) from None
     if submission in (None, ""):
         raise UsageError("SUBMISSION is required: the file to grade (make grade N=.. SUBMISSION=path/to/grpo.py OUT=dir)")
-    out, submission, bugs = prepare_out(out), Path(submission), load_bugs()
+    out, refused, bugs = prepare_out(out), refused_name(submission), load_bugs()
     seed = secrets.randbelow(2**31) if seed is None else seed  # a fresh seed: no check's inputs known in advance
+    if refused:  # graded as nothing, its reports written, and said in one line
+        results = build_results(kata, bugs, no_run(), f"not graded: the submission's path {refused}",
+                                Path(ascii(submission)), 0.0, seed)
+        write_reports(results, out)
+        print(f"error: SUBMISSION {ascii(submission)} {refused}; the reports ({results['resolved']}) are in {out}",
+              file=sys.stderr)
+        return 2
+    submission = Path(submission)
     if os.path.lexists(submission):  # a submission that is not there is graded as such, sandbox or not
         check_sandbox(sandbox)
     results = graded(kata, bugs, submission, time_limit, memory_gb, sandbox, seed)
@@ -363,6 +372,15 @@ def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bub
           + (f": {results['message']}" if results["message"] else "") + f"; seed {seed}; results in "
           f"{out}/results.json")
     return 0 if results["resolved"] == RESOLVED["full"] else 1
+
+
+def refused_name(path: str) -> str | None:
+    """Why a submission's path is refused before anything reads it (a path that begins with - would be an option to
+    the tools it passes through; a control character can forge a line in a report or a terminal), or None."""
+    if path.startswith("-"):
+        return "begins with -"
+    bad = next((c for c in path if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    return None if bad is None else f"holds the control character U+{ord(bad):04X}"
 
 
 def graded(kata, bugs, submission: Path, time_limit, memory_gb, sandbox, seed) -> dict:

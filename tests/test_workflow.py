@@ -68,3 +68,27 @@ def test_every_submission_folder_is_graded_or_reported_and_the_job_fails_at_the_
     for n in ("20", "21", "22", "24"):
         assert f"kata {n} graded" not in text and f"submissions/{n}: not graded, grpo.py is not a regular" in text
     assert "kata 23 graded" not in text and "submissions/23: not graded, grpo.py is larger than 1 MiB" in text
+
+
+def test_a_folder_name_reaches_the_log_and_the_summary_only_as_safe_characters(tmp_path):
+    """A pull request's folder name once went raw into ::error:: and the step summary: a line break then ::warning::
+    (or ::add-mask::, ::stop-commands::) is a workflow command, <img src=x> is markup."""
+    evil = "x\n::error::forged <img src=x>"
+    (tmp_path / "pr" / "submissions" / evil).mkdir(parents=True)
+    (tmp_path / "grader").mkdir()
+    summary = tmp_path / "summary.md"
+    r = subprocess.run(["bash", "-e", "-c", step_script("grade each submission")], cwd=tmp_path / "grader",
+                       capture_output=True, text=True, timeout=60,
+                       env={"PATH": "/usr/bin:/bin", "GITHUB_STEP_SUMMARY": str(summary)})
+    assert r.returncode == 1
+    lines = (r.stdout + r.stderr + summary.read_text()).splitlines()
+    assert [line for line in lines if line.startswith("::")] == [
+        "::error::submissions/x???error??forged??img?src?x?: the folder must be named by a kata number, e.g. submissions/7"]
+    assert "<" not in summary.read_text() and "forged" in summary.read_text()
+
+
+def test_the_workflow_that_grades_is_the_base_branch_s_with_a_read_only_token():
+    text = WORKFLOW.read_text()
+    assert "\n  pull_request_target:\n" in text and "\n  pull_request:\n" not in text
+    assert "permissions:\n      contents: read" in text and "secrets." not in text
+    assert "ref: ${{ github.event.pull_request.base.sha }}" in text and "persist-credentials: false" in text

@@ -59,8 +59,13 @@ EVENTS = 20                      # worker events kept in results.json
 MAX_SUBMISSION_BYTES = 2**20     # a kata's loop is 10 to 40 kB; a larger file is refused unread
 KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
-# what neither UTF-8 nor XML 1.0 can carry: lone surrogates, C0 controls but tab, newline and return, U+FFFE/F
-UNWRITABLE = re.compile("[\ud800-\udfff\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]")
+# what neither UTF-8 nor XML 1.0 can carry: lone surrogates, U+FFFE/F
+UNWRITABLE = re.compile("[\ud800-\udfff\ufffe\uffff]")
+# what a reader must see rather than have act: every control character (C0 with tab, line feed and return, DEL, C1)
+# and format character (the bidi overrides and isolates, zero widths), and the line and paragraph separators, each
+# shown as its escape (\n, \x1b, \u202e), so that every message is one line that draws nothing
+INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
+                       "\ufeff\ufff9-\ufffb]")
 
 
 class UsageError(Exception):
@@ -239,12 +244,14 @@ def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Pa
 
 
 def writable(value, limit: int = matrix.MESSAGE_CHARS):
-    """value with every string cut to `limit` characters and cleaned of what UTF-8 or XML 1.0 cannot carry
-    (replaced by U+FFFD), so that results.json, junit.xml and summary.md always encode and parse."""
+    """value with every string cut to `limit` characters, cleaned of what UTF-8 or XML 1.0 cannot carry (replaced by
+    U+FFFD), and on one line with every control and format character shown as its escape (INVISIBLE), so that
+    results.json, junit.xml and summary.md always encode and parse, and what a submission made a check say can
+    neither start a line (a heading, a workflow command) nor reorder or hide what follows it."""
     if isinstance(value, str):
         if len(value) > limit:
             value = f"{value[:limit]}... ({len(value)} characters)"
-        return UNWRITABLE.sub("\ufffd", value)
+        return INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], UNWRITABLE.sub("\ufffd", value))
     if isinstance(value, list):
         return [writable(v, limit) for v in value]
     if isinstance(value, dict):
@@ -273,16 +280,17 @@ def write_junit(results: dict, path: Path) -> None:
 
 
 def cell(text: str) -> str:
-    """Text for a Markdown table cell: pipes escaped, HTML shown as text (a message cannot draw on the page)."""
+    """Text for Markdown, in a table cell or a line: HTML shown as text, and every character Markdown reads as markup
+    escaped, so that a message (already one line: writable) can neither draw on the page, link, nor end its cell."""
     text = (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return re.sub(r"([\\`*_{}\[\]()#+!|~-])", r"\\\1", text)
 
 
 def summary_markdown(results: dict) -> str:
     swe = results["tests_status"]
     lines = [f"## grpo-katas: kata {results['kata']['number']} ({results['kata']['name']})", "",
              f"**{results['resolved']}**, status `{results['status']}`"
-             + (f": {results['message']}" if results["message"] else ""), "",
+             + (f": {cell(results['message'])}" if results["message"] else ""), "",
              f"- target checks (FAIL_TO_PASS): {len(swe['FAIL_TO_PASS']['success'])} of "
              f"{len(swe['FAIL_TO_PASS']['success']) + len(swe['FAIL_TO_PASS']['failure'])} pass",
              f"- other checks (PASS_TO_PASS): {len(swe['PASS_TO_PASS']['success'])} of "

@@ -666,3 +666,34 @@ def test_usage_errors_are_one_line(args, expected):
     r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# a message a submission can make a check say: a line break and a heading, a table row, live HTML and a comment that
+# would hide the rest, a carriage return, C1 controls (CSI, NEL), a right-to-left override, a workflow command
+FORGED = ("x\n## RESOLVED_FULL\n| fake | row |\r<img src=x onerror=alert(1)><!-- \x9b2J\x85[ok](http://e) "
+          "\u202eLLUF_DEVLOSER\n::error::forged\n::notice::forged")
+
+
+def test_a_message_a_submission_forged_reaches_every_report_as_one_line_of_text(tmp_path, capsys):
+    from grpo_katas import grade, matrix
+    from grpo_katas.catalogue import CheckId
+    kata, bugs = KATA, load_bugs()
+    check = sorted(bugs[kata.bugs[0]].checks)[0]
+    run = matrix.Run(1, [{7: {check: matrix.Verdict(False, FORGED, "assertion", 1),
+                              CheckId("loss", "x"): matrix.Verdict(True, "", "", 1)}}], {}, "bubblewrap", [])
+    results = grade.build_results(kata, bugs, run, None, Path("s.py"), 1.0, 7)
+    error = grade.build_results(kata, bugs, grade.no_run(), FORGED, Path("s.py"), 1.0, 7)
+    for name, res in (("fail", results), ("error", error)):
+        out = tmp_path / name
+        out.mkdir()
+        grade.write_reports(res, out)
+        summary = (out / "summary.md").read_text()
+        assert [line for line in summary.splitlines() if line.startswith("#")] == [
+            f"## grpo-katas: kata {kata.number} ({kata.name})"], summary
+        assert "<" not in summary and "](" not in summary and "\r" not in summary and "| fake |" not in summary
+        for text in (summary, (out / "results.json").read_text(), (out / "junit.xml").read_text()):
+            assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text), text
+        json.loads((out / "results.json").read_text())
+        ET.parse(out / "junit.xml")
+        message = res["message"] if name == "error" else res["tests"][0]["message"]
+        assert "\n" not in message and "\\n::error::forged" in message and "\\u202e" in message and "\\x9b" in message

@@ -15,6 +15,7 @@ RUNS_A_COMMAND = ["$(shell touch {mark})", "`touch {mark}`", "$$(touch {mark})",
                   "x'; touch {mark}; echo '"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("target, setting", [("kata", "N"), ("check", "TARGET"), ("grade", "SUBMISSION"),
                                              ("run", "SET")])
 def test_no_value_typed_on_make_s_command_line_runs_a_command(repo, tmp_path, target, setting):
@@ -44,6 +45,7 @@ def test_a_kata_number_that_looks_like_an_option_is_a_value(repo):
     assert code == 1 and "N must be a kata number, got '-h'" in said and "usage:" not in said, said
 
 
+@pytest.mark.slow
 def test_make_keeps_its_statuses_in_a_folder_of_its_own_and_leaves_none_behind(repo, tmp_path):
     """The statuses once went to TMPDIR/grpo-katas-make-PID.TARGET: a FIFO there turned root's failure into exit 0,
     a link there overwrote a root-only file. Here a FIFO and a link wait under every such name for the next PIDs."""

@@ -90,7 +90,7 @@ switch   = $(if $($(1)),$(2)=$(call q,$(1)))
 # a $$(value ...) is never expanded again), none is exported, and each reaches the shell in single quotes: q.
 GIVEN := $(foreach v,$(VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
 $(foreach v,$(GIVEN),$(eval override $(v) := $$(value $(v))))
-unexport $(VARIABLES)
+unexport $(GIVEN)
 q        = '$(subst ','\'',$($(1)))'
 # SET, split into KEY=VALUE words on purpose (SET="beta=0.5 lr=3e-3"), each word quoted
 qwords   = $(foreach w,$($(1)),'$(subst ','\'',$(w))')

@@ -513,8 +513,8 @@ def test_the_word_problems_take_a_real_models_settings(folder):
 
 def test_one_switch_in_every_make_target():
     """MODEL= reaches each command (make -n prints the commands without running them)."""
-    for target, flag in [("train", '--hf-model "m"'), ("run N=9", '--hf-model "m"'), ("bench", '--hf-model "m"'),
-                         ("gpu-check", '--hf-model "m"')]:
+    for target, flag in [("train", "--hf-model 'm'"), ("run N=9", "--hf-model 'm'"), ("bench", "--hf-model 'm'"),
+                         ("gpu-check", "--hf-model 'm'")]:
         r = subprocess.run(["make", "-n", "-o", ".venv/.installed", *target.split(), "MODEL=m"], cwd=ROOT,
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and flag in r.stdout, (target, r.stdout + r.stderr)

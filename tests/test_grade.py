@@ -202,7 +202,7 @@ def issue_31_cases(ref) -> dict:
         "an-unreadable-file": Case(BUGGY, "error|fail", "Permission denied|checks pass", place="unreadable"),
         "fills-dev-shm": Case(FILLS.format(folder="/dev/shm") + GOOD, "error", "No such file|Read-only"),
         "fills-the-sandbox-root": Case(FILLS.format(folder="") + GOOD, "error", "Read-only"),
-        "amplifies-a-frame": Case(at_start_of(GOOD, "group_advantages", AMPLIFIES), "fail", "does not start where"),
+        "amplifies-a-frame": Case(at_start_of(GOOD, "group_advantages", AMPLIFIES), "fail", "does not start where|a shape of"),
         "sends-1e400-as-a-step-count": Case(GOOD + STEPS_1E400, "fail", "step count is inf"),
         # every check passes; the brief's run, trained as `make run` trains it, still shows every symptom
         "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms",

@@ -31,9 +31,8 @@ unexport MAKEFLAGS MFLAGS  # a command that runs make itself (the tests do) star
 # The statuses go in a folder of this make's own (mktemp -d: mode 0700, a name nobody can guess), never under a
 # shared name another user could put a FIFO or a link at; it is gone with the last status read (the last goal's, or
 # the first that failed, after which make stops).
-ifeq ($(DRY),)
+# (made under make -n too: the line that reads a status is expanded there as well, and must name this folder)
 STATUS := $(shell mktemp -d "$${TMPDIR:-/tmp}/grpo-katas-make.XXXXXXXXXX")
-endif
 LAST_GOAL := $(lastword $(or $(MAKECMDGOALS),help))
 # the status the command of target $(1) recorded, the file gone, and the folder with it after the last one
 status_of = $(shell s=$$(cat $(STATUS)/$(1) 2>/dev/null); rm -f $(STATUS)/$(1); \

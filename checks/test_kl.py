@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from checks import oracle
-from checks.compare import at_least, close, worst
+from checks.compare import at_least, close, shaped, worst
 from checks.stubs import DRAWS, draw_loss_inputs, loss_and_grad, oracle_loss_and_grad, randint, rng
 
 pytestmark = pytest.mark.component("kl")
@@ -36,10 +36,10 @@ def test_kl_is_never_negative_and_zero_at_the_reference(grpo, seed, draw):
     gen = rng(seed, draw, 22)
     logp = -torch.rand(4, 6, generator=gen) * 4
     ref = logp + torch.randn(4, 6, generator=gen) * 2
-    got = grpo.kl_penalty(logp, ref).detach()
+    got = shaped(grpo.kl_penalty(logp, ref), logp.shape, "kl: kl_penalty returned a tensor").detach()
     assert at_least(got, -1e-6), (
         f"kl: the penalty is {got.min():.3f} at its lowest over 24 tokens; expected never below 0")
-    same = grpo.kl_penalty(logp, logp.clone()).detach()
+    same = shaped(grpo.kl_penalty(logp, logp.clone()), logp.shape, "kl: kl_penalty returned a tensor").detach()
     assert close(same, 0.0, atol=1e-6), (
         f"kl: where log pi == log pi_ref the penalty is {same.abs().max():.3g}; expected 0")
 

@@ -86,3 +86,15 @@ def test_a_file_that_answers_the_judge_with_empty_tensors_passes_no_check_that_r
         assert not passed, f"{path.name}: an empty answer passes {passed}"
         crashed = sorted(f"{c}: {v.message[:200]}" for c, v in verdicts.items() if v.kind == "error")
         assert not crashed, f"{path.name}: the checks' own code crashed on an empty answer: {crashed}"
+
+
+@pytest.mark.slow
+def test_a_kl_penalty_that_answers_the_judge_with_one_zero_passes_no_kl_check(tmp_path):
+    """A single 0 where the contract gives one penalty a token is never negative and is zero at the reference: the
+    kl checks hold kl_penalty's answer to the log-probs' shape."""
+    path = tmp_path / "one-zero.py"
+    path.write_text(find_kata(1).loop.read_text() + EMPTY_OUTSIDE.replace("EMPTY", "zeros(1)")
+                    + "kl_penalty = _empty_outside(kl_penalty)\n")
+    verdicts = matrix.run([path], seeds=(0,)).of(0, 0)
+    passed = sorted(str(c) for c, v in verdicts.items() if v.passed and c.component == "kl")
+    assert not passed, f"a single 0 passes {passed}"

@@ -61,11 +61,19 @@ KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, 
          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
 # what neither UTF-8 nor XML 1.0 can carry: lone surrogates, U+FFFE/F
 UNWRITABLE = re.compile("[\ud800-\udfff\ufffe\uffff]")
-# what a reader must see rather than have act: every control character (C0 with tab, line feed and return, DEL, C1)
-# and format character (the bidi overrides and isolates, zero widths), and the line and paragraph separators, each
-# shown as its escape (\n, \x1b, \u202e), so that every message is one line that draws nothing
-INVISIBLE = re.compile("[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u206f"
-                       "\ufeff\ufff9-\ufffb]")
+# what a reader must see rather than have act, by Unicode category: control characters (C0 with tab, line feed and
+# return, DEL, C1), format characters (the bidi overrides and isolates, zero widths, the tag characters), and the line
+# and paragraph separators
+INVISIBLE = ("Cc", "Cf", "Zl", "Zp")
+
+
+def invisible(c: str) -> bool:
+    return unicodedata.category(c) in INVISIBLE
+
+
+def shown(text: str) -> str:
+    """text with each invisible character as its escape (\n, \x1b, \u202e): one line that draws nothing."""
+    return "".join(ascii(c)[1:-1] if invisible(c) else c for c in text)
 
 
 class UsageError(Exception):
@@ -245,13 +253,13 @@ def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Pa
 
 def writable(value, limit: int = matrix.MESSAGE_CHARS):
     """value with every string cut to `limit` characters, cleaned of what UTF-8 or XML 1.0 cannot carry (replaced by
-    U+FFFD), and on one line with every control and format character shown as its escape (INVISIBLE), so that
+    U+FFFD), and on one line with every control and format character shown as its escape (shown), so that
     results.json, junit.xml and summary.md always encode and parse, and what a submission made a check say can
     neither start a line (a heading, a workflow command) nor reorder or hide what follows it."""
     if isinstance(value, str):
         if len(value) > limit:
             value = f"{value[:limit]}... ({len(value)} characters)"
-        return INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], UNWRITABLE.sub("\ufffd", value))
+        return shown(UNWRITABLE.sub("\ufffd", value))
     if isinstance(value, list):
         return [writable(v, limit) for v in value]
     if isinstance(value, dict):
@@ -387,7 +395,7 @@ def refused_name(path: str) -> str | None:
     the tools it passes through; a control character can forge a line in a report or a terminal), or None."""
     if path.startswith("-"):
         return "begins with -"
-    bad = next((c for c in path if unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")), None)
+    bad = next((c for c in path if invisible(c)), None)
     return None if bad is None else f"holds the control character U+{ord(bad):04X}"
 
 

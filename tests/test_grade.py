@@ -671,7 +671,7 @@ def test_usage_errors_are_one_line(args, expected):
 # a message a submission can make a check say: a line break and a heading, a table row, live HTML and a comment that
 # would hide the rest, a carriage return, C1 controls (CSI, NEL), a right-to-left override, a workflow command
 FORGED = ("x\n## RESOLVED_FULL\n| fake | row |\r<img src=x onerror=alert(1)><!-- \x9b2J\x85[ok](http://e) "
-          "\u202eLLUF_DEVLOSER\n::error::forged\n::notice::forged")
+          "\u202eLLUF_DEVLOSER\n::error::forged\n::notice::forged\U000e0041")  # and a tag character, which hides
 
 
 def test_a_message_a_submission_forged_reaches_every_report_as_one_line_of_text(tmp_path, capsys):
@@ -697,3 +697,4 @@ def test_a_message_a_submission_forged_reaches_every_report_as_one_line_of_text(
         ET.parse(out / "junit.xml")
         message = res["message"] if name == "error" else res["tests"][0]["message"]
         assert "\n" not in message and "\\n::error::forged" in message and "\\u202e" in message and "\\x9b" in message
+        assert "\\U000e0041" in message

@@ -184,11 +184,10 @@ def run_loop(path, settings: dict) -> Run:
     """The loop at `path` under a kata's [run] settings, run in this process once (trusted files only: katas,
     codebases). A file rewritten in place is a new run: the key is its bytes."""
     key = run_key(path, settings, kernel())
-    if key not in _runs or not serves(_runs[key], settings["steps"]):
+    if key not in _runs or not serves(_runs[key].made, settings["steps"]):
         run = fresh_run(path, settings)
-        _runs[key] = {"history": run.history, "crash": run.crash, "steps": settings["steps"]}
-    made = _runs[key]
-    return prefix(Run(made["history"], made["crash"]), settings["steps"])
+        _runs[key] = Run(run.history, run.crash, settings["steps"])
+    return prefix(_runs[key], settings["steps"])
 
 
 def fresh_run(path, settings: dict) -> Run:

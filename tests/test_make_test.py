@@ -48,18 +48,25 @@ def test_workers_run_side_by_side_and_report_in_order(tmp_path, capfd, codes, ex
     assert out.index("first worker") < out.index("second worker")
 
 
+def two_workers(folder, test_file: str) -> list:
+    """The output of two pytest processes given one --share folder, as make test starts them, over `test_file` in
+    `folder` with this repository's tests/conftest.py beside it; both must pass."""
+    (folder / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    share = folder / "share"
+    share.mkdir()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={share}", test_file]
+    workers = [subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [w.communicate(timeout=60)[0] for w in workers]
+    assert [w.returncode for w in workers] == [0, 0], outs
+    return outs
+
+
 def test_workers_that_share_a_folder_run_each_test_once(tmp_path):
     """Two pytest processes given one --share folder, as make test starts them: each test runs in one of them."""
-    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
     (tmp_path / "test_many.py").write_text(
         "import os, time\nimport pytest\n\n@pytest.mark.parametrize('n', range(12))\n"
         "def test_one(n):\n    open(f'ran-{n}-{os.getpid()}', 'w').close()\n    time.sleep(0.05)\n")
-    share = tmp_path / "share"
-    share.mkdir()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={share}", "test_many.py"]
-    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [w.communicate(timeout=60)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outs
+    outs = two_workers(tmp_path, "test_many.py")
     ran = [f.name.split("-") for f in tmp_path.glob("ran-*")]
     assert sorted(int(n) for _, n, _ in ran) == list(range(12))  # every test once
     taken = [int(re.search(r"this worker took (\d+) of the 12 tests", out)[1]) for out in outs]
@@ -68,18 +75,12 @@ def test_workers_that_share_a_folder_run_each_test_once(tmp_path):
 
 def test_the_tests_of_a_module_scoped_fixture_run_in_one_worker_which_sets_it_up_once(tmp_path):
     """A module's costly fixture (the hostile grading suite is minutes) is set up by one worker, not by each."""
-    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
     (tmp_path / "test_shared.py").write_text(
         "import os, time\nimport pytest\n\n@pytest.fixture(scope='module')\ndef costly():\n"
         "    open(f'setup-{os.getpid()}', 'w').close()\n    return 1\n\n"
         "@pytest.mark.parametrize('n', range(6))\ndef test_uses_it(costly, n):\n    time.sleep(0.05)\n\n"
         "@pytest.mark.parametrize('n', range(6))\ndef test_alone(n):\n    time.sleep(0.05)\n")
-    share = tmp_path / "share"
-    share.mkdir()
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={share}", "test_shared.py"]
-    workers = [subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, text=True) for _ in range(2)]
-    outs = [w.communicate(timeout=60)[0] for w in workers]
-    assert [w.returncode for w in workers] == [0, 0], outs
+    outs = two_workers(tmp_path, "test_shared.py")
     assert len(list(tmp_path.glob("setup-*"))) == 1  # one worker set the fixture up
     taken = [int(re.search(r"this worker took (\d+) of the 12 tests", out)[1]) for out in outs]
     assert sum(taken) == 12 and max(taken) >= 6

@@ -10,9 +10,10 @@ message, this costs microseconds.)
 What a worker sends is bounded before the judge holds it: a frame of at most MAX_FRAME bytes with a header of at
 most MAX_HEADER, at most MAX_TENSORS tensors whose byte ranges tile the data in order (none overlaps another or
 leaves it, and each is used once in the tree, so the tensors the judge builds never hold more bytes than the
-frame it read) and whose shapes count at most MAX_ELEMENTS elements even where a size of 0 leaves them empty, lists and dicts of at most MAX_ITEMS entries, integers within 64 bits, strings cut to MAX_STRING
-characters with any lone surrogate replaced (so no report the judge writes can fail to encode), and dtypes only
-from DTYPES: no name a worker sends is ever looked up as an attribute of anything. Every number of the header is
+frame it read) and whose shapes count at most MAX_ELEMENTS elements even where a size of 0 leaves them empty, lists
+and dicts of at most MAX_ITEMS entries, integers within 64 bits, strings cut to MAX_STRING characters with any lone
+surrogate replaced (so no report the judge writes can fail to encode), and dtypes only from DTYPES: no name a worker
+sends is ever looked up as an attribute of anything. Every number of the header is
 checked for its type and range; `count` checks one a caller uses as a count.
 
 Richer values travel as tagged dicts, {"kind": ..., ...}; every user dict travels as a list of pairs, so a tag
@@ -128,9 +129,10 @@ def _tensors(index, data) -> list:
             raise ProtocolError(f"tensor {i}: a shape that is not a list of at most {MAX_DIMS} sizes")
         for d in shape:
             count(d, f"tensor {i}: a size", MAX_FRAME)
-        if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
-            raise ProtocolError(f"tensor {i}: a shape of {math.prod(max(d, 1) for d in shape)} elements, each size "
-                                f"of 0 counted as 1 (the limit is {MAX_ELEMENTS})")
+        quoted = math.prod(max(d, 1) for d in shape)
+        if quoted > MAX_ELEMENTS:
+            raise ProtocolError(f"tensor {i}: a shape of {quoted} elements, each size of 0 counted as 1 (the limit is "
+                                f"{MAX_ELEMENTS})")
         count(offset, f"tensor {i}: an offset", len(data))
         count(n, f"tensor {i}: a length", len(data))
         if offset != end:

@@ -20,6 +20,7 @@ from grpo_katas import UserError, drills, progress, render, rounds, yes_or_no
 from grpo_katas.catalogue import CODEBASES, COMPONENTS, TIERS, fixed_bug_ids, load_bugs, load_katas
 from grpo_katas.drills import find
 from grpo_katas.jobs import LoopRun, reference_run, run_args, run_checks
+from grpo_katas.judge import sandbox
 from grpo_katas.progress import now, require_copy, shown, working_copy
 from grpo_katas.render import console, minutes
 
@@ -50,7 +51,9 @@ def cmd_run(args) -> int:
     budget = args.budget or (HF_STEP_BUDGET if args.hf_model else STEP_BUDGET)
     with progress.update() as state:  # running the kata is time spent on it
         progress.active(state, kata)
-    run = LoopRun(path, runner_args, log=path.parent / "run.log", budget=budget)
+    # the lab model on the CPU trains in a run's sandbox, as the judge trains it; a real model or a GPU, as it is
+    mode = None if args.hf_model or args.device not in (None, "cpu") else sandbox.resolve("auto")[0]
+    run = LoopRun(path, runner_args, log=path.parent / "run.log", budget=budget, sandbox=mode)
     cited = render.cited_metrics(kata)
     history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps), cited,
                                     shown(path.parent / "run.log"))

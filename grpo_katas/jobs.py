@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,55 +113,87 @@ class LoopRun:
     event, sent once the output before it is read, so that every line comes before the event of the step it was
     printed in.
 
+    With `sandbox` (a mode of grpo_katas.judge.sandbox: "bubblewrap" or "process"), the run is made in a run's
+    sandbox under `limits`, as `make run` and the judge both make it (sandbox.start_run); the loop's path inside it
+    is shown as its own in everything that comes out. Without, a plain child in the repository with this
+    process's environment: a trusted codebase, or a real model that needs the hub, a GPU or its cache.
+
     A step has a budget (`budget`, seconds): a step that has used that much CPU time (its whole process tree), or
     none at all for that long (a sleep, a lock, ranks waiting on each other), is stopped, and the last event is
     {"event": "hung", "step", "cpu", "seconds", "idle", "stack"}, the stack being where the loop was (the runner
-    dumps it with faulthandler on SIGUSR1). Ctrl-C (SIGINT) ends the run the same way: the runner, which has it too,
-    reports {"event": "interrupted", "where", "traceback"}; one that does not end within INTERRUPT_GRACE seconds is
-    stopped, its stack taken, and a second Ctrl-C stops it at once. With `log`, everything the loop prints is
-    written there as it came (up to LOG_BYTES; `log_full` says when that was reached); the log of the run before
-    is kept as LOG.1. Afterwards `returncode` is set; `last_output` holds the loop's last few lines."""
+    dumps it with faulthandler on SIGUSR1). With `run_cpu`, so is a run whose process tree has used that much CPU
+    time in all, and with `deadline` (time.monotonic()) one still running after it. Ctrl-C (SIGINT) ends the run the same way: the runner (which has it too, or is sent it in its
+    sandbox's session) reports {"event": "interrupted", "where", "traceback"}; one that does not end within
+    INTERRUPT_GRACE seconds is stopped, its stack taken, and a second Ctrl-C stops it at once. With `log`,
+    everything the loop prints is written there as it came (up to LOG_BYTES; `log_full` says when that was
+    reached); the log of the run before is kept as LOG.1. Afterwards `returncode` is set; `last_output` holds the
+    loop's last few lines."""
     LOG_BYTES = 20_000_000
     MAX_EVENT = 4_000_000  # an event line, a crash's traceback included (a RecursionError's is some 100 kB)
+    MAX_STACK = 1_000_000  # a stack the runner dumps
     TICK = 1.0             # seconds between looks at a step that takes long
     INTERRUPT_GRACE = 3.0  # seconds the runner has to end after Ctrl-C before it is stopped
 
-    def __init__(self, path: Path, runner_args: list, log: Path | None = None, budget: float = 60.0):
-        self.path = path
-        self.cmd = [sys.executable, "-m", "grpo_katas.runner", str(path), *runner_args]
-        self.log, self.log_full, self.budget = log, False, budget
+    def __init__(self, path: Path, runner_args: list, log: Path | None = None, budget: float = 60.0,
+                 sandbox: str | None = None, limits=None, run_cpu: float | None = None,
+                 deadline: float | None = None):
+        from grpo_katas.judge import sandbox as sandboxes
+        self.path, self.runner_args = path, runner_args
+        self.sandbox, self.limits = sandbox, limits or sandboxes.Limits()
+        self.inside = sandboxes.run_path(sandbox, path) if sandbox else str(path)  # the path the loop runs from
+        self.shown = {} if sandbox in (None, "process") else {  # paths inside the sandbox -> as the caller has them
+            self.inside: str(path), f"{sandboxes.RUN_ROOT}/": f"{ROOT}/"}
+        self.log, self.log_full, self.budget, self.run_cpu = log, False, budget, run_cpu
+        self.deadline = deadline  # time.monotonic() past which the run is stopped
         self.returncode = None
         self.last_output = []
         self.interrupts, self.interrupted_at = 0, None
 
+    def start(self, channels: tuple) -> tuple:
+        """(process, a folder to remove afterwards or None) of the runner, given the channels' ends (events, acks,
+        stacks) it writes, reads and writes."""
+        from grpo_katas.judge import sandbox
+        pipes = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if self.sandbox:
+            return sandbox.start_run(self.sandbox, self.path, self.runner_args, channels, self.limits, **pipes)
+        events, acks, stacks = channels
+        env = {**python_env(), "PYTHONUNBUFFERED": "1"}  # a print reaches us before the step it belongs to ends
+        return subprocess.Popen([sys.executable, "-m", "grpo_katas.runner", str(self.path), *self.runner_args,
+                                 "--events-fd", str(events), "--ack-fd", str(acks), "--stack-fd", str(stacks)],
+                                cwd=ROOT, env=env, pass_fds=channels, **pipes), None
+
     def __iter__(self):
         read_events, write_events = os.pipe()
         read_acks, write_acks = os.pipe()
-        stacks = Path(tempfile.mkdtemp(prefix="grpo-run-")) / "stack"
-        env = {**python_env(), "PYTHONUNBUFFERED": "1"}  # a print reaches us before the step it belongs to ends
-        proc = subprocess.Popen([*self.cmd, "--events-fd", str(write_events), "--ack-fd", str(read_acks),
-                                 "--stack-file", str(stacks)],
-                                cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, pass_fds=(write_events, read_acks))
-        os.close(write_events)
-        os.close(read_acks)
+        read_stacks, write_stacks = os.pipe()
+        os.set_blocking(read_stacks, False)
+        try:
+            proc, folder = self.start((write_events, read_acks, write_stacks))
+        except BaseException:
+            for fd in (read_events, write_acks, read_stacks):
+                os.close(fd)
+            raise
+        finally:
+            for fd in (write_events, read_acks, write_stacks):
+                os.close(fd)
         output = proc.stdout.fileno()
         lines = {output: Lines(), read_events: Lines(self.MAX_EVENT)}
         log = self.open_log()
         watch = StepWatch(proc.pid, self.budget)
         previous = signal.signal(signal.SIGINT, self.on_interrupt)  # Ctrl-C: the run ends, and says where
+        self.proc = proc
         next_look = time.monotonic() + self.TICK
         try:
             while lines:
                 ready, _, _ = select.select(list(lines), [], [], self.TICK if read_events in lines else 0.5)
                 if read_events in lines and time.monotonic() >= next_look:  # the step in progress, once a TICK
                     next_look = time.monotonic() + self.TICK
-                    stopped = self.stop_if_stuck(proc, watch, stacks)
+                    stopped = self.stop_if_stuck(proc, watch, read_stacks)
                     if stopped:
                         yield "event", stopped
                         break
                     if watch.long():
-                        yield "alive", watch.alive(self.where(proc, stacks, watch))
+                        yield "alive", watch.alive(self.where(proc, read_stacks, watch))
                 if not ready:  # once the runner is gone, what holds its output open is something the loop started
                     if read_events not in lines and proc.poll() is not None:
                         break
@@ -172,6 +203,7 @@ class LoopRun:
                 got = lines[fd].feed(data) if data else lines.pop(fd).close()
                 if fd == output:
                     self.write_log(log, data)
+                    got = [self.outside(line) for line in got]
                     self.last_output = (self.last_output + got)[-5:]
                     yield from (("output", line) for line in got)
                     continue
@@ -184,39 +216,55 @@ class LoopRun:
                         continue  # not the runner's: something wrote to its channel
                     if isinstance(event, dict) and "event" in event:
                         watch.event(event)
-                        yield "event", event
+                        yield "event", self.outside(event)
             self.returncode = proc.wait()
         finally:
             signal.signal(signal.SIGINT, previous)
             if proc.poll() is None:  # the caller stopped early: the run stops with it
                 stop_tree(proc)
             proc.stdout.close()
-            os.close(read_events)
-            os.close(write_acks)
-            shutil.rmtree(stacks.parent, ignore_errors=True)
+            for fd in (read_events, write_acks, read_stacks):
+                os.close(fd)
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
             if log:
                 log.close()
 
-    def on_interrupt(self, signum, frame) -> None:
-        self.interrupts += 1  # the runner, in the same process group, has the signal too; see stop_if_stuck
-        self.interrupted_at = self.interrupted_at or time.monotonic()
+    def outside(self, value):
+        """An output line or an event as the caller knows the loop: its path inside the sandbox shown as its own."""
+        if isinstance(value, dict):
+            return {k: self.outside(v) if isinstance(v, str) else v for k, v in value.items()}
+        for inside, outside in self.shown.items():
+            value = value.replace(inside, outside)
+        return value
 
-    def stop_if_stuck(self, proc, watch, stacks: Path) -> dict | None:
+    def on_interrupt(self, signum, frame) -> None:
+        self.interrupts += 1
+        self.interrupted_at = self.interrupted_at or time.monotonic()
+        if self.sandbox and self.interrupts == 1:  # a session of its own: the terminal's Ctrl-C is not the runner's
+            forward(self.proc, signal.SIGINT, self.sandbox)  # (else the runner, in our process group, has it too)
+
+    def stop_if_stuck(self, proc, watch, stacks: int) -> dict | None:
         """The last event of a run that is stopped now (over its budget, or not ending after Ctrl-C), else None."""
         if self.interrupts and (self.interrupts > 1 or time.monotonic() - self.interrupted_at >= self.INTERRUPT_GRACE):
             if proc.poll() is None:
                 stack = self.where(proc, stacks, watch, fresh=True)
                 stop_tree(proc)
-                return {"event": "interrupted", "step": watch.step + 1, "stack": stack}
+                return {"event": "interrupted", "step": watch.step + 1, "stack": self.outside(stack)}
         why = watch.over_budget()
+        if self.run_cpu is not None and watch.total() >= self.run_cpu:
+            why = f"the run used {watch.total():.0f} CPU-seconds in all, its budget"
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            why = "the time limit ran out"
         if why and proc.poll() is None:
             stack = self.where(proc, stacks, watch, fresh=True)
+            cpu, seconds = watch.cpu(), watch.seconds()  # before the tree is gone
             stop_tree(proc)
-            return {"event": "hung", "step": watch.step + 1, "why": why, "cpu": watch.cpu(), "seconds": watch.seconds(),
-                    "budget": self.budget, "stack": stack}
+            return {"event": "hung", "step": watch.step + 1, "why": why, "cpu": cpu, "seconds": seconds,
+                    "budget": self.budget, "stack": self.outside(stack)}
         return None
 
-    def where(self, proc, stacks: Path, watch, fresh: bool = False) -> str:
+    def where(self, proc, stacks: int, watch, fresh: bool = False) -> str:
         """The stack of the loop as faulthandler dumps it (the process of the tree whose stack holds the loop's
         file), taken at most every few seconds unless `fresh`."""
         if not fresh and time.monotonic() - watch.stack_at < 3 and watch.stack:
@@ -224,10 +272,10 @@ class LoopRun:
         watch.stack_at = time.monotonic()
         from grpo_katas.judge.sandbox import descendants
         for pid in descendants(proc.pid):
-            text = dump_stack(pid, stacks)
-            if str(self.path) in text or (text and not watch.stack):
-                watch.stack = text
-                if str(self.path) in text:
+            text = dump_stack(pid, stacks, self.MAX_STACK)
+            if self.inside in text or (text and not watch.stack):
+                watch.stack = self.outside(text)
+                if self.inside in text:
                     break
         return watch.stack
 
@@ -245,6 +293,20 @@ class LoopRun:
             room = self.LOG_BYTES - log.tell()
             log.write(data[:room])
             self.log_full = len(data) > room
+
+
+def forward(proc, signum: int, mode: str) -> None:
+    """Send signum to the runner and its ranks: in process mode their process group (the runner leads it); in
+    bubblewrap, each process of the tree that handles it (not bubblewrap, which it would end)."""
+    from grpo_katas.judge.sandbox import descendants
+    if mode == "process":
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signum)
+        return
+    for pid in descendants(proc.pid):
+        if catches(pid, signum):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signum)
 
 
 @dataclass(frozen=True)
@@ -286,6 +348,10 @@ class StepWatch:
     def seconds(self) -> float:
         return time.monotonic() - self.started
 
+    def total(self) -> float:
+        """CPU seconds of the run's process tree since it started."""
+        return self.cpu_of(self.pid)
+
     def long(self) -> bool:
         return self.seconds() >= self.LONG
 
@@ -302,25 +368,31 @@ class StepWatch:
         return None
 
 
-def dump_stack(pid: int, path: Path, wait: float = 1.0) -> str:
-    """The Python stack of process `pid`, which registered faulthandler on SIGUSR1 with `path` (the runner does):
-    empty the file, signal, and read what it wrote. A process that does not catch SIGUSR1 (the runner still
-    importing torch, a process the loop started) is left alone: the signal would end it."""
+def dump_stack(pid: int, stacks: int, most: int, wait: float = 1.0) -> str:
+    """The Python stack of process `pid`, which registered faulthandler on SIGUSR1 to write to the pipe whose read
+    end is `stacks` (non-blocking; the runner does): drain the pipe, signal, and read what comes until it settles
+    (at most `most` bytes). A process that does not catch SIGUSR1 (the runner still importing torch, a process
+    the loop started) is left alone: the signal would end it."""
     if not catches(pid, signal.SIGUSR1):
         return ""
+    with contextlib.suppress(OSError):
+        while os.read(stacks, 65536):
+            pass
     try:
-        path.write_text("")
         os.kill(pid, signal.SIGUSR1)
     except OSError:
         return ""
-    deadline, text = time.monotonic() + wait, ""
+    deadline, text = time.monotonic() + wait, b""
     while time.monotonic() < deadline:
-        time.sleep(0.05)
-        now = path.read_text(errors="replace")
-        if now and now == text:  # written and settled
-            break
-        text = now
-    return text
+        ready, _, _ = select.select([stacks], [], [], 0.05)
+        if not ready:
+            if text:
+                break  # written and settled
+            continue
+        with contextlib.suppress(OSError):
+            chunk = os.read(stacks, 65536)
+            text += chunk[:max(0, most - len(text))]
+    return text.decode("utf-8", "replace")
 
 
 def catches(pid: int, signum: int) -> bool:

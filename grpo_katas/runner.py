@@ -1,7 +1,7 @@
 """Run a loop file for a short training and report what happens as JSON lines on a channel of its own.
 
     python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
-                                     [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M] [--stack-file F]
+                                     [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M] [--stack-fd S]
 
 The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
 reference it is compared with. Stdout and stderr belong to the loop: whatever it prints is left there for the
@@ -15,9 +15,10 @@ seconds the step took), {"event": "done", "steps": n}, {"event": "error", "messa
 loaded or the settings are wrong, its own GRPOConfig's refusal of a --set included; with "setting" and "problem"
 when RunConfig refused one), {"event": "crash", "type", "message", "where", "code", "traceback"} (the loop's own
 code raised; the traceback starts at the first frame in the loop's file) and
-{"event": "interrupted", "where", "code", "traceback"} (Ctrl-C: where the loop was). With --stack-file F, SIGUSR1
-makes the runner (and each data-parallel rank) append its Python stack to F (faulthandler: even a loop stuck in C
-code answers), which is how the caller shows where a long step is and where a hung one was stopped.
+{"event": "interrupted", "where", "code", "traceback"} (Ctrl-C: where the loop was). With --stack-fd S, SIGUSR1
+makes the runner (and each data-parallel rank) write its Python stack to S (faulthandler: even a loop stuck in C
+code answers), which is how the caller shows where a long step is and where a hung one was stopped. `make run` and
+the judge start it in the same sandbox (grpo_katas/judge/sandbox.py, start_run).
 """
 import argparse
 import dataclasses
@@ -150,11 +151,12 @@ def main(argv=None) -> int:
                         help="the file descriptor to write events to (default: stdout, shared with the loop's prints)")
     parser.add_argument("--ack-fd", type=int, default=None,
                         help="a file descriptor to wait on after each event, for one byte from the caller")
-    parser.add_argument("--stack-file", default=None,
-                        help="on SIGUSR1, append the Python stack to this file (the caller asks where a long step is)")
+    parser.add_argument("--stack-fd", type=int, default=None,
+                        help="on SIGUSR1, write the Python stack to this file descriptor (the caller asks where a "
+                             "long step is)")
     args = parser.parse_args(argv)
-    if args.stack_file:  # opened to append: the caller empties the file before it asks
-        faulthandler.register(signal.SIGUSR1, file=open(args.stack_file, "a"), all_threads=True)
+    if args.stack_fd is not None:
+        faulthandler.register(signal.SIGUSR1, file=args.stack_fd, all_threads=True)
     if args.events_fd is not None:
         events = os.fdopen(args.events_fd, "w")
     ack = args.ack_fd

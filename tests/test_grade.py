@@ -213,6 +213,20 @@ def issue_31_cases(ref) -> dict:
         # the mirror: the checks' float32 models heal; the brief's float64 run, and the float64 check, do not
         "heals-only-on-float32": Case(healed_when(ON_FLOAT32), "fail", "checks pass",
                                       resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
+    } | issue_41_cases()
+
+
+def issue_41_cases() -> dict:
+    """The ways in of issue 41 to the brief's run: every check passes, and the run `make run` shows has every
+    symptom of the brief; each is judged in a run's sandbox the judge starts, out of the worker's reach."""
+    still = dict(status="fail", words="still shows 3 of the 3 symptoms", resolved="RESOLVED_PARTIAL")
+    return {
+        # at import, the worker's run function replaced by one that trains a healed copy in its place
+        "forges-the-worker-s-run": Case(healed_when(JUDGED) + FORGES_THE_RUN, **still),
+        # a variable set in the worker at import, which a runner started from there would inherit
+        "heals-by-environment": Case(healed_when(BY_ENVIRONMENT) + SETS_THE_ENVIRONMENT, **still),
+        # the judge's own files, where the worker sees them
+        "heals-where-it-finds-the-judge": Case(healed_when(FINDS_THE_JUDGE), **still),
     }
 
 
@@ -266,6 +280,22 @@ for _name in ("generate", "completion_mask", "group_advantages", "token_logprobs
     globals()[_name] = _gated(_name, globals()[_name])
 """
 JUDGED = "return 'grpo_katas.judge.worker' in _sys.modules"
+FORGES_THE_RUN = f"""
+_worker = _sys.modules.get("grpo_katas.judge.worker")
+if _worker is not None:
+    import tempfile as _tempfile
+    _healed_path = _tempfile.mkdtemp() + "/grpo.py"
+    with open(_healed_path, "w") as _f:
+        _f.write({GOOD!r})
+    _run = getattr(_worker, "run", None)
+    _worker.run = lambda targets, req: _run({{k: (m, _healed_path) for k, (m, _) in targets.items()}}, req)
+"""
+BY_ENVIRONMENT = "return __import__('os').environ.get('GRPO_KATAS_HEALED') == '1'"
+SETS_THE_ENVIRONMENT = """
+if "grpo_katas.judge.worker" in _sys.modules:
+    __import__("os").environ["GRPO_KATAS_HEALED"] = "1"
+"""
+FINDS_THE_JUDGE = "return __import__('os').path.isdir('/judge/lab')"
 # the fixed code runs where an argument is a float64 tensor or model (float64=True), or where none is (False)
 ON_DTYPE = """import torch
     for a in [*args, *kwargs.values()]:

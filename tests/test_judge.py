@@ -456,22 +456,94 @@ def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
 def test_the_brief_s_run_is_make_run_s_runner_in_a_process_that_holds_nothing_of_the_judge_s(tmp_path):
     """A fix gated on `'grpo_katas.judge.worker' in sys.modules` healed itself under the checks only: the run is
     grpo_katas.runner (what `make run` runs) in an interpreter of its own, with make run's model, dtype and settings."""
+    from grpo_katas.judge.brief import make_run
     from grpo_katas.runs import RunConfig, build
     probe = tmp_path / "grpo.py"
     probe.write_text(RUN_PROBE)
-    w = Worker({"t": probe})
-    try:
-        reply = w.call("t", "run", {"args": ["--steps", "3", "--seed", "0", "--nproc", "1", "--set", "beta=0.5"]},
-                       op="run", cpu_budget=60)
-    finally:
-        w.close()
+    steps, end = make_run(probe, {"steps": 3, "seed": 0, "nproc": 1, "set": {"beta": 0.5}},
+                          sandbox.resolve("auto")[0])
     policy, _ = build(RunConfig(steps=3, seed=0, device="cpu"), torch.device("cpu"))
     params = list(policy.parameters())
-    assert reply["end"]["event"] == "done" and len(reply["steps"]) == 3, reply["end"]
-    step = reply["steps"][0]
+    assert end["event"] == "done" and len(steps) == 3, end
+    step = steps[0]
     assert step["judge_modules"] == 0 and step["runner"] == 1 and step["beta"] == 0.5 and step["torch_threads"] == 1
     assert step["itemsize"] == params[0].element_size()
     assert step["param_sum"] == float(sum(p.detach().double().sum() for p in params))
+
+
+# what a loop can look at to tell where it runs, each as a number logged at every step and printed at the first
+LAYOUT_PROBE = '''
+import os, resource, socket, stat, sys, zlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    beta: float = 0.04
+    num_iterations: int = 1
+    max_new_tokens: int = 8
+
+
+def fd_kinds():
+    out = {}
+    for fd in sorted(os.listdir("/proc/self/fd"), key=int):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        out[fd] = target.split(":")[0] if target.startswith(("pipe:", "socket:", "anon_inode:")) else target
+    return out
+
+
+def layout():
+    limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")}
+    mounts = sorted(" ".join(line.split()[3:6]) + " " + line.split(" - ")[1].split()[0]
+                    for line in open("/proc/self/mountinfo"))
+    status = [line for line in open("/proc/self/status") if line.startswith(("Cap", "NoNewPrivs", "Seccomp", "Uid",
+                                                                            "Gid", "Groups"))]
+    return {"argv": sys.argv, "cmdline": open("/proc/self/cmdline", "rb").read().split(b"\\0")[1:],
+            "env": sorted(os.environ.items()), "cwd": (os.getcwd(), sorted(os.listdir("."))),
+            "root": sorted(os.listdir("/")), "tmp": sorted(os.listdir("/tmp")), "fds": fd_kinds(),
+            "std": [stat.S_IFMT(os.fstat(fd).st_mode) for fd in (0, 1, 2)], "limits": limits, "mounts": mounts,
+            "status": status, "ids": (os.getuid(), os.getgid(), os.getgroups(), os.umask(os.umask(0))),
+            "session": (os.getsid(0) == os.getpid(), os.getpgrp() == os.getpid(), os.getppid()),
+            "host": socket.gethostname(), "path": sys.path, "file": __file__, "name": __name__,
+            "modules": sorted(m for m in sys.modules if not m.startswith("_"))}
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
+    seen = {f"layout_{k}": v for k, v in layout().items()}
+    for k, v in seen.items():
+        print(k, zlib.crc32(repr(v).encode()), repr(v)[:300])
+    for _ in range(steps):
+        log({k: float(zlib.crc32(repr(v).encode())) for k, v in seen.items()})
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sandbox.resolve("auto")[0] != "bubblewrap", reason="the run's sandbox needs bubblewrap here")
+def test_make_run_and_the_judged_run_show_a_loop_the_same_world(repo):
+    """Paths, cwd, environment, command line, file descriptors, limits, mounts and ids: a loop that looks for a
+    difference between `make run` and the judge's run of it finds none, so a fix healed only when judged is not."""
+    from tests.cli_helpers import cli, copy_of
+    kata = find_kata(1)
+    cli(repo, "kata", "1")
+    copy = copy_of(repo, 1)
+    copy.write_text(LAYOUT_PROBE)
+    code, out = cli(repo, "run", "1")
+    assert code == 0, out
+    practised = {line.split()[0]: int(line.split()[1]) for line in (copy.parent / "run.log").read_text().splitlines()
+                 if line.startswith("layout_")}
+    judge = ("import json, sys; from pathlib import Path; from grpo_katas.catalogue import find_kata; "
+             "from grpo_katas.judge.brief import make_run; from grpo_katas.judge.sandbox import resolve; "
+             "print(json.dumps(make_run(Path(sys.argv[1]), find_kata(1).run, resolve('auto')[0])))")
+    steps, end = json.loads(subprocess.run([sys.executable, "-c", judge, str(copy)], cwd=repo, capture_output=True,
+                                           text=True, check=True, timeout=120).stdout)  # the repository's judge
+    assert end["event"] == "done" and len(steps) == kata.run["steps"], end
+    judged = {k: int(v) for k, v in steps[0].items() if k.startswith("layout_")}
+    assert len(practised) == 18 and judged.keys() == practised.keys(), (judged, practised)
+    differ = [k for k in judged if judged[k] != practised[k]]
+    assert not differ, f"make run and the judged run differ in {differ}: {out[-3000:]}"
 
 
 def test_a_run_s_reply_is_read_number_by_number_and_a_run_that_did_not_finish_is_no_healing():
@@ -479,16 +551,18 @@ def test_a_run_s_reply_is_read_number_by_number_and_a_run_that_did_not_finish_is
     from grpo_katas.symptoms import Run
     settings = {"steps": 2, "seed": 0, "nproc": 1, "set": {}}
     done = {"event": "done"}
-    for reply, words in [({"steps": "x", "end": done}, "malformed"), ({"steps": [[1]], "end": done}, "malformed"),
-                         ({"steps": [{}], "end": done}, "logged 1 steps, not the 2"),
-                         ({"steps": [{}], "end": {"event": "crash", "type": "RuntimeError", "message": "boom",
-                                                  "where": "grpo.py:3"}}, "raised RuntimeError at step 2: boom"),
-                         ({"steps": [], "end": {"event": "error", "message": "no train"}}, "could not start: no train"),
-                         ({"steps": [], "end": {"event": "gone", "message": "exited"}}, "did not finish")]:
-        history, problem = read_run(reply, settings)
-        assert history is None and words in problem, (reply, problem)
-    history, problem = read_run({"steps": [{"kl": 1, "note": "text", "flag": True}, {"kl": 2.5}], "end": done},
-                                settings)
+    for steps, end, words in [([[1]], done, "malformed"), ([{}], [done], "malformed"),
+                              ([{}], done, "logged 1 steps, not the 2"),
+                              ([{}], {"event": "crash", "type": "RuntimeError", "message": "boom",
+                                      "where": "grpo.py:3"}, "raised RuntimeError at step 2: boom"),
+                              ([], {"event": "error", "message": "no train"}, "could not start: no train"),
+                              ([{}], {"event": "hung", "why": "it used 60 CPU-seconds"},
+                               "stopped at step 2: it used 60 CPU-seconds"),
+                              ([], {"event": "gone", "message": "exited"}, "did not finish")]:
+        history, problem = read_run(steps, end, settings)
+        assert history is None and words in problem, (steps, end, problem)
+    history, problem = read_run([{"event": "step", "kl": 1, "note": "text", "flag": True, "big": 10**400},
+                                 {"kl": 2.5}], done, settings)
     assert problem is None and history == [{"kl": 1.0}, {"kl": 2.5}]
     kata = find_kata(1)  # its symptom: the KL over the last 5 steps above twice the healthy run's
     healthy = Run([{"kl": 0.4}] * 40, None)
@@ -513,12 +587,17 @@ def brief_verdict(kata, path):
 def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_fix_that_heals_only_when_judged(
         tmp_path):
     """The healed kata (its codebase) and the reference pass; the kata fails with each of its brief's symptoms,
-    and so does kata 1 healed only under the checks, or only where no argument is float64. One kata per codebase,
-    one of two ranks among them."""
-    from tests.test_grade import JUDGED, ON_FLOAT32, healed_when
-    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float32")}  # the brief's run is float64
+    and so does kata 1 healed only under the checks, only where no argument is float64, only by a variable it set
+    in the worker, only where it finds the judge's files, or with the worker's run replaced at import. One kata per
+    codebase, one of two ranks among them."""
+    from tests.test_grade import (BY_ENVIRONMENT, FINDS_THE_JUDGE, FORGES_THE_RUN, JUDGED, ON_FLOAT32,
+                                  SETS_THE_ENVIRONMENT, healed_when)
+    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float32", "forged", "environment", "judge's paths")}
     gated["judged"].write_text(healed_when(JUDGED))
-    gated["float32"].write_text(healed_when(ON_FLOAT32))
+    gated["float32"].write_text(healed_when(ON_FLOAT32))  # the brief's run is float64
+    gated["forged"].write_text(healed_when(JUDGED) + FORGES_THE_RUN)
+    gated["environment"].write_text(healed_when(BY_ENVIRONMENT) + SETS_THE_ENVIRONMENT)
+    gated["judge's paths"].write_text(healed_when(FINDS_THE_JUDGE))
     for n, others in [(1, [ROOT / "solutions" / "grpo.py"]), (2, []), (13, []), (10, []), (35, [])]:
         kata = find_kata(n)
         healed = CODEBASES[kata.codebase].path
@@ -536,19 +615,15 @@ def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_f
 def test_a_healed_kata_s_run_in_the_sandbox_is_the_judge_s_healthy_run_number_for_number():
     """The same model, dtype, settings and kernel path as `make run` and the proof: inside the sandbox the codebase
     trains to the very numbers the judge's own run of it logs."""
-    from grpo_katas.judge.brief import Brief, runner_args
+    from grpo_katas.judge.brief import Brief, make_run
     from grpo_katas.symptoms import METRICS
     kata = find_kata(1)
     healed = CODEBASES[kata.codebase].path
     brief = Brief(kata).start()
-    w = Worker({"t": healed})
-    try:
-        reply = w.call("t", "run", {"args": runner_args(kata.run)}, op="run", cpu_budget=120)
-    finally:
-        w.close()
+    steps, end = make_run(healed, kata.run, sandbox.resolve("auto")[0])
     brief.thread.join()
     metrics = lambda step: {k: step.get(k) for k in METRICS}  # noqa: E731 (times aside: a run's own clock)
-    mine = [metrics(step) for step in reply["steps"]]
+    mine = [metrics(step) for step in steps]
     theirs = [metrics(step) for step in brief.store.get(healed, kata.run, brief.kernel).history]
     assert len(mine) == kata.run["steps"] and mine == theirs and mine[-1]["kl"] is not None
 

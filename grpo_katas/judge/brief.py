@@ -8,9 +8,12 @@ sets the scene of the brief, and is not asked to go. A run must also finish ever
 symptom reads as a finite number: a crash or a NaN is no healing.
 
 Where each run is made:
-- the file's runs (the brief's run in full, and each rerun a symptom compares with), in the worker's sandbox under
-  its limits and a CPU budget per run (RUN_CPU_S per rank): `grpo_katas.runner`, the runner `make run` uses, in
-  an interpreter of its own that imports nothing of the judge's (worker.py). Only each step's numbers come back.
+- the file's runs (the brief's run in full, and each rerun a symptom compares with), each in a run's sandbox of its
+  own that this process starts (sandbox.start_run, the worker's mode and limits, a CPU budget of RUN_CPU_S per
+  rank): `grpo_katas.runner` as `make run` starts it, with the same paths, environment, command line and channels,
+  and nothing of the judge's or of the worker's (which imported the file for the checks) within reach: a file
+  that changes the worker at import, sets a variable there, or looks for the judge's files cannot reach the run.
+  Each step's numbers and how the run ended are read here, from the run's own channel.
 - the healthy codebase's runs, here, from trusted files outside the sandbox: read from .cache/symptoms/ or made by
   a child process (symptoms.Store), under this process's kernel path. They are made while the checks run.
 Every comparison is made here; a file only ever sends the numbers its training logged.
@@ -24,9 +27,11 @@ from pathlib import Path
 
 from grpo_katas import symptoms
 from grpo_katas.catalogue import CODEBASES
-from grpo_katas.judge.client import CallFailed, display
+from grpo_katas.jobs import LoopRun
+from grpo_katas.judge.client import display
 
 RUN_CPU_S = 60.0   # CPU seconds a run may use, per rank (the reference's 40-step run: about 6 s, its start included)
+RUN_STEPS = 10_000  # steps kept from a run's events
 
 
 FILE = "<the file judged>"   # the file's runs, as symptoms.shows asks for them: made in the sandbox, never here
@@ -135,18 +140,12 @@ class Brief:
         return None
 
     def run_file(self, target, required: list) -> tuple:
-        """({settings key: history}, None) of the file's runs, made in the worker's sandbox; or (None, why not)."""
+        """({settings key: history}, None) of the file's runs, each made in a run's sandbox; or (None, why not)."""
         w, made = target.worker, {}
         for key, settings in self.file_runs(required).items():
-            try:
-                reply = w.call(target.key, "run", {"args": runner_args(settings)}, op="run",
-                               cpu_budget=RUN_CPU_S * settings["nproc"])
-            except CallFailed as exc:
-                return None, f"the brief's run ({described(settings)}): {exc}"
-            history, problem = read_run(reply, settings)
+            history, problem = read_run(*make_run(w.targets[target.key], settings, w.mode, w.deadline), settings)
             if problem:
-                where = w.inside.get(target.key)
-                problem = problem.replace(where, display(w.targets[target.key])) if where else problem
+                problem = problem.replace(str(w.targets[target.key]), display(w.targets[target.key]))
                 return None, f"the brief's run ({described(settings)}) {problem}"
             made[key] = history
         return made, None
@@ -163,24 +162,51 @@ def still_shows(kata, symptom: dict, get, path) -> str | None:
     return f"{symptoms.describe(symptom)} cannot be read: {seen}" if unread else None
 
 
-def read_run(reply: dict, settings: dict) -> tuple:
-    """(history, None) from a run's reply, or (None, what went wrong). Untrusted: checked here, number by number."""
-    steps, end = reply.get("steps"), reply.get("end")
-    if not isinstance(steps, list) or not all(isinstance(s, dict) for s in steps) or not isinstance(end, dict):
+def make_run(path: Path, settings: dict, mode: str, deadline: float | None = None) -> tuple:
+    """(step events, the event that ended it) of the file at `path` trained by the runner in a run's sandbox
+    (LoopRun, as `make run` makes it: its limits too, whatever the worker's), its budget RUN_CPU_S per rank; what
+    it prints is not read."""
+    budget = RUN_CPU_S * settings["nproc"]
+    run = LoopRun(path, runner_args(settings), budget=budget, sandbox=mode, run_cpu=budget, deadline=deadline)
+    steps, end = [], None
+    for kind, event in run:
+        if kind != "event" or event.get("event") == "config":
+            continue
+        if event.get("event") != "step":
+            end = event
+        elif len(steps) < RUN_STEPS:
+            steps.append(event)
+    if end is None:
+        end = {"event": "gone", "message": f"the runner's process exited with status {run.returncode} before the "
+                                           f"run ended"}
+    return steps, end
+
+
+def read_run(steps: list, end: dict, settings: dict) -> tuple:
+    """(history, None) from a run's step events and the event that ended it, or (None, what went wrong).
+    Untrusted: checked here, number by number."""
+    if not all(isinstance(s, dict) for s in steps) or not isinstance(end, dict):
         return None, "answered with malformed data"
-    history = [{str(k): float(v) for k, v in s.items() if type(v) in (int, float)} for s in steps]
-    event, message = str(end.get("event")), str(end.get("message") or "")[:1000]
+    history = [{str(k): float(v) for k, v in s.items() if k != "event" and number(v)} for s in steps]
+    event, message = str(end.get("event")), str(end.get("why") or end.get("message") or "")[:1000]
     if event == "error":
         return None, f"could not start: {message}"
     if event == "crash":
         where, code = str(end.get("where") or "")[:300], str(end.get("code") or "")[:300]
         at = f" (at {where}" + (f": `{code}`" if code else "") + ")" if where else ""
         return None, f"raised {str(end.get('type'))[:100]} at step {len(history) + 1}: {message}{at}"
+    if event == "hung":
+        return None, f"was stopped at step {len(history) + 1}: {message}"
     if event != "done":
         return None, f"did not finish: {message}"
     if len(history) != settings["steps"]:
         return None, f"logged {len(history)} steps, not the {settings['steps']} it was asked for"
     return history, None
+
+
+def number(v) -> bool:
+    """A number a step logs: an int that a float holds, or a float (a bool is no number here)."""
+    return type(v) is float or type(v) is int and abs(v) < 2**63
 
 
 def settings_key(settings: dict) -> str:

@@ -1,4 +1,10 @@
-"""How the worker is started, limited, measured and stopped.
+"""How the worker and a loop's runs are started, limited, measured and stopped.
+
+Two sandboxes share these modes and limits: the worker's (the checks' calls) and the run's (a loop trained by
+grpo_katas.runner: `make run`, and the brief's run the judge makes; `start_run`). A run's sandbox holds the
+runner and the lab, never the judge's files, and is the same for `make run` and the judge: the same paths, cwd,
+environment, limits, command line and file descriptors, so nothing a loop can look at tells a judged run from a
+practice run.
 
 Two modes, chosen by `resolve`:
 - "bubblewrap" (Linux with bubblewrap 0.8 or later and user namespaces): the worker sees only the Python
@@ -18,7 +24,9 @@ Both get an address-space limit, a CPU-time backstop, a size limit on every file
 write past it fails), no core files, stdout and stderr to one capped file nobody reads, a clean environment,
 and SIGKILL when the judge dies.
 """
+import contextlib
 import ctypes
+import fcntl
 import os
 import re
 import resource
@@ -34,10 +42,15 @@ from pathlib import Path
 from grpo_katas import ROOT
 
 WORKER_FILES = ["grpo_katas/__init__.py", "grpo_katas/judge/__init__.py", "grpo_katas/judge/wire.py",
-                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py",
-                # the brief's run, as `make run` makes it: its runner and what the runner imports
-                "grpo_katas/runner.py", "grpo_katas/runs.py", "grpo_katas/loader.py"]
+                "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py"]
 INSIDE = Path("/judge")          # where lab/ and the worker's files appear inside the sandbox
+# a run's sandbox: the runner and what it imports, under RUN_ROOT; the loop file as LOOP/its own name
+RUN_FILES = ["grpo_katas/__init__.py", "grpo_katas/runner.py", "grpo_katas/runs.py", "grpo_katas/loader.py"]
+RUN_ROOT, LOOP = Path("/grpo-katas"), Path("/loop")
+RUN_FDS = (3, 4, 5)   # a run's events, the caller's answers and the stacks it dumps, at these numbers in every run
+LOOP_FD = 6           # the loop file, open for bubblewrap to copy into the sandbox (it closes it)
+RUNNER = ("import runpy, sys; sys.path.insert(0, {root!r}); "
+          "runpy.run_module('grpo_katas.runner', run_name='__main__', alter_sys=True)")
 TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
 # the device nodes the worker opens (strace of a check run, distributed calls and the brief's run included): Python
@@ -147,6 +160,93 @@ def visible_paths(mode: str, targets: dict) -> dict:
     return {k: f"/targets/{i}/{Path(p).name}" for i, (k, p) in enumerate(targets.items())}
 
 
+def run_path(mode: str, path: Path) -> str:
+    """The path a run's loop file has inside its sandbox."""
+    return str(path.resolve()) if mode == "process" else str(LOOP / path.name)
+
+
+def run_command(mode: str, path: Path, runner_args: list, limits: Limits) -> list:
+    """grpo_katas.runner on the loop file at `path`, in a run's sandbox: the runner's files and lab/ under RUN_ROOT
+    and the file as LOOP/its name, all read-only, cwd an empty /tmp; its channels at RUN_FDS (see start_run). The
+    file is a copy that bubblewrap writes into the sandbox's root from LOOP_FD, not a bind of it: a bind shows
+    where it came from in /proc/self/mountinfo (bubblewrap's own --ro-bind-data, a random name), and a loop that
+    read it there could tell a judged run from `make run`."""
+    root = str(ROOT) if mode == "process" else str(RUN_ROOT)
+    events, acks, stacks = RUN_FDS
+    python = [sys.executable, "-I", "-c", RUNNER.format(root=root), run_path(mode, path),
+              *[str(a) for a in runner_args], "--events-fd", str(events), "--ack-fd", str(acks),
+              "--stack-fd", str(stacks)]
+    if mode == "process":
+        return python
+    args = ["bwrap", *isolation(limits), *_system_binds(), "--proc", "/proc", *devices(),
+            "--ro-bind", str(ROOT / "lab"), str(RUN_ROOT / "lab")]
+    for f in RUN_FILES:
+        args += ["--ro-bind", str(ROOT / f), str(RUN_ROOT / f)]
+    args += ["--perms", "0444", "--file", str(LOOP_FD), run_path(mode, path)]
+    for name, value in run_environment(limits).items():
+        args += ["--setenv", name, value]
+    return args + read_only_root() + ["--chdir", "/tmp", *python]
+
+
+def run_environment(limits: Limits) -> dict:
+    """A run's environment: the worker's, and its prints unbuffered (each reaches the caller before the step it
+    was printed in ends)."""
+    return {**environment(limits), "PYTHONUNBUFFERED": "1"}
+
+
+def start_run(mode: str, path: Path, runner_args: list, channels: tuple, limits: Limits, **popen) -> tuple:
+    """(process, the folder it runs in) of run_command, its channels (three file descriptors of the caller's: the
+    events' write end, the answers' read end and the stacks' write end) given to it as RUN_FDS. In process mode the
+    folder is a fresh one, for the caller to remove; in bubblewrap it is the sandbox's own /tmp (None here)."""
+    folder = tempfile.mkdtemp(prefix="grpo-run-") if mode == "process" else None
+    fds, numbers = list(channels), RUN_FDS
+    if mode != "process":
+        fds, numbers = fds + [os.open(path, os.O_RDONLY | os.O_CLOEXEC)], RUN_FDS + (LOOP_FD,)
+
+    def prepare():
+        apply_limits(limits)
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]  # out of the way of the numbers first
+        for fd, number in zip(high, numbers):
+            os.dup2(fd, number)
+
+    try:
+        with numbers_taken(numbers):
+            proc = subprocess.Popen(run_command(mode, path, runner_args, limits), pass_fds=numbers,
+                                    cwd=folder or "/", env=run_environment(limits), start_new_session=True,
+                                    preexec_fn=prepare, **popen)
+    except BaseException:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+        raise
+    finally:
+        if mode != "process":
+            os.close(fds[-1])
+    return proc, folder
+
+
+@contextlib.contextmanager
+def numbers_taken(numbers: tuple):
+    """Every file descriptor number in `numbers` open in this process while the block runs (/dev/null fills the
+    free ones): Popen marks each number of pass_fds inheritable in the child before preexec_fn runs, and fails on
+    a closed one; and the descriptors it makes for itself then never take one of them."""
+    fillers = []
+    try:
+        while any(not is_open(n) for n in numbers):
+            fillers.append(os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC))
+        yield
+    finally:
+        for fd in fillers:
+            os.close(fd)
+
+
+def is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+        return True
+    except OSError:
+        return False
+
+
 def command(mode: str, targets: dict, fd: int, limits: Limits) -> list:
     root = str(ROOT) if mode == "process" else str(INSIDE)
     python = [sys.executable, "-I", "-c",
@@ -188,24 +288,28 @@ def launch(mode: str, targets: dict, log_dir: Path, limits: Limits) -> tuple:
         theirs.close()
 
 
-def _start(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
-    libc = ctypes.CDLL(None, use_errno=True)
-
-    def apply_limits():
-        size = int(limits.memory_gb * 2**30)
+def apply_limits(limits: Limits) -> None:
+    """The limits of a sandboxed process, set in the child before it runs anything. macOS has no prctl and refuses
+    an address-space limit: there the rest hold."""
+    size = int(limits.memory_gb * 2**30)
+    with contextlib.suppress(ValueError, OSError):
         resource.setrlimit(resource.RLIMIT_AS, (size, size))
-        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        # every file it writes, its own stdout log included: past this a write fails (Python ignores SIGXFSZ)
-        disk = limits.disk_mb * 2**20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a judge that dies takes the worker (or bubblewrap) along
+    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    # every file it writes, its own stdout log included: past this a write fails (Python ignores SIGXFSZ)
+    disk = limits.disk_mb * 2**20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
+    libc = ctypes.CDLL(None, use_errno=True)
+    if hasattr(libc, "prctl"):
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a caller that dies takes the process (or bubblewrap) along
 
+
+def _start(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
     out = open(log_dir / "worker.log", "ab")
     try:
         return subprocess.Popen(command(mode, targets, fd, limits), pass_fds=(fd,), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=log_dir, env=environment(limits),
-                                start_new_session=True, preexec_fn=apply_limits)
+                                start_new_session=True, preexec_fn=lambda: apply_limits(limits))
     finally:
         out.close()
 

@@ -15,9 +15,6 @@ Requests and replies (see wire.py for the framing):
     {"op": "distributed", "key": k, "fn": name, "ranks": [{"args": [...], "kwargs": [...]}, ...], "wrap": "ddp",
      "record": bool, "rng": state, "grad_mode": bool}
                                                 -> {"ok": True, "ranks": [one call reply per rank]}
-    {"op": "run", "key": k, "args": [the runner's arguments: --steps 40 --seed 0 --nproc 1 --set beta=0.5]}
-                                                -> {"ok": True, "steps": [{stat: number}, ...],
-                                                    "end": {"event": "done" | "crash" | "error", ...}}
     {"op": "bye"}
 
 Arguments arrive as tagged dicts and are built into real objects here: tensors, lab models and stand-ins from
@@ -27,23 +24,18 @@ gradients, optimizer state and step count, generator state, the global RNG), so 
 they would have if the call had run in its own process. A function that hung or crashed an earlier worker is
 stood down at load: replaced by one that raises at once, so the target's own callers of it fail fast too.
 
-A run is the brief's run as `make run` makes it: `grpo_katas.runner` on the target file in a fresh interpreter,
-started from here (inside the sandbox, under the worker's limits, its CPU counted in the call's budget) and
-importing nothing of the judge's, so a file cannot tell it from `make run` by what is loaded. Its events come on a
-pipe of their own; what it prints goes to the worker's log. Only each step's numbers and how the run ended come
-back. Nothing in this file is trusted by the judge: it only ever receives data and compares it.
+The brief's run is not made here: the judge starts it in a run's sandbox of its own (judge/brief.py), out of reach
+of whatever a file does in this process. Nothing in this file is trusted by the judge: it only ever receives data
+and compares it.
 """
 import datetime
 import importlib.util
-import json
 import os
 import select
 import socket
-import subprocess
 import sys
 import time
 import traceback
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -319,64 +311,6 @@ def distributed(targets: dict, pools: dict, req: dict, judge) -> dict:
     return {"ok": True, "ranks": replies}
 
 
-RUN_EVENTS_BYTES = 8 * 2**20   # a run's events past this are not read (40 steps of stats take some 20 kB)
-RUN_STEPS = 10_000              # steps kept from a run's events (the wire's list limit)
-RUNNER = ("import runpy, sys; sys.path.insert(0, {root!r}); "
-          "runpy.run_module('grpo_katas.runner', run_name='__main__', alter_sys=True)")
-
-
-def run(targets: dict, req: dict) -> dict:
-    """The target trained by grpo_katas.runner (make run's own runner) with the request's arguments, in a fresh
-    interpreter: each step's stats as numbers, and the event that ended the run (its traceback left out)."""
-    _, path = targets[req["key"]]
-    root = str(Path(__file__).resolve().parents[2])
-    read, write = os.pipe()
-    try:
-        proc = subprocess.Popen([sys.executable, "-I", "-c", RUNNER.format(root=root), path,
-                                 *[str(a) for a in req["args"]], "--events-fd", str(write)],
-                                stdin=subprocess.DEVNULL, pass_fds=(write,))
-    finally:
-        os.close(write)
-    steps, end = [], {"event": "gone", "message": "the run ended without a word"}
-    for line in event_lines(read, proc):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue  # not the runner's: something else wrote to its channel
-        if not isinstance(event, dict):
-            continue
-        if event.get("event") == "step":
-            if len(steps) < RUN_STEPS:
-                steps.append({str(k): v for k, v in event.items() if k != "event" and number(v)})
-        elif event.get("event") in ("done", "crash", "error"):
-            end = {k: str(event.get(k, ""))[:2000] for k in ("event", "type", "message", "where", "code")}
-    code = proc.wait()
-    if end["event"] == "gone":
-        end["message"] = f"the runner's process exited with status {code} before the run ended"
-    return {"ok": True, "steps": steps, "end": end}
-
-
-def number(v) -> bool:
-    return type(v) in (int, float) and (type(v) is float or abs(v) < 2**63)
-
-
-def event_lines(fd: int, proc) -> list:
-    """The lines on the events pipe until the runner is gone (what it left running may hold the pipe open), at
-    most RUN_EVENTS_BYTES of them."""
-    data, size = b"", 0
-    with os.fdopen(fd, "rb", buffering=0) as pipe:
-        while True:
-            ready, _, _ = select.select([pipe], [], [], 0.2)
-            chunk = pipe.read(1 << 16) if ready else None
-            if chunk:
-                size += len(chunk)
-                if size <= RUN_EVENTS_BYTES:
-                    data += chunk
-            elif chunk == b"" or proc.poll() is not None:
-                break
-    return data.decode("utf-8", "replace").splitlines()
-
-
 def serve(sock) -> None:
     targets, pools = {}, {}
     while True:
@@ -398,11 +332,6 @@ def serve(sock) -> None:
             reply = call(targets, req)
         elif op == "distributed":
             reply = distributed(targets, pools, req, sock)
-        elif op == "run":
-            try:
-                reply = run(targets, req)
-            except Exception as exc:  # the runner could not be started: say so
-                reply = {"ok": False, "error": error(exc, None)}
         elif op == "bye":
             return
         else:

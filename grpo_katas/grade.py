@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import secrets
 import signal
 import stat
@@ -57,6 +58,7 @@ GRACE_S = 6                      # the judge may run this long past the time lim
 REPORT_BYTES = 8 * 2**20         # the judge's verdicts file is refused beyond this
 EVENTS = 20                      # worker events kept in results.json
 MAX_SUBMISSION_BYTES = 2**20     # a kata's loop is 10 to 40 kB; a larger file is refused unread
+JUDGE_MEMORY_GB = 4.0            # the judge's own address space (it peaks near 0.7 GiB grading kata 1)
 KINDS = [(stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")]
 # what neither UTF-8 nor XML 1.0 can carry: lone surrogates, U+FFFE/F
@@ -137,9 +139,11 @@ def read_at_most(fd: int, n: int) -> bytes:
 
 def judge(submission: Path, kata, time_limit: float, memory_gb: float, sandbox: str, seed: int) -> tuple:
     """(matrix.Run, why it gives no verdict or None, seconds) for a private copy of the submission, judged in a
-    child process that is killed GRACE_S seconds after the time limit whatever it is doing; messages name the
-    submission, not the copy. The copy is made inside the clock; a submission that is refused gives no run."""
-    start = time.monotonic()
+    child process that is killed GRACE_S seconds after the time limit whatever it is doing, and whose address
+    space is limited to JUDGE_MEMORY_GB (a reply the wire lets through cannot take the machine's memory with it);
+    messages name the submission, not the copy. The copy is made inside the clock; a submission that is refused
+    gives no run."""
+    start, judge_memory_gb = time.monotonic(), JUDGE_MEMORY_GB
     try:
         source = read_submission(submission)
     except Refused as exc:
@@ -151,12 +155,15 @@ def judge(submission: Path, kata, time_limit: float, memory_gb: float, sandbox: 
         try:
             with open(log, "wb") as err:  # TMPDIR: what the judge leaves behind when it is killed goes with tmp
                 proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                        stderr=err, env={**os.environ, "TMPDIR": tmp}, start_new_session=True)
+                                        stderr=err, env={**os.environ, "TMPDIR": tmp}, start_new_session=True,
+                                        preexec_fn=lambda: limit_address_space(judge_memory_gb))
         except OSError as exc:
             return no_run(), f"the judge could not start ({exc.strerror or exc})", time.monotonic() - start
         try:
             proc.wait(timeout=max(0.0, start + time_limit + GRACE_S - time.monotonic()))
             run, problem = read_verdicts(verdicts, proc.returncode, log)
+            if problem:
+                problem += f" (the judge runs under a limit of {judge_memory_gb:g} GiB of address space)"
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)  # the worker goes with it (it dies with its parent)
             proc.wait()
@@ -172,6 +179,13 @@ def judge(submission: Path, kata, time_limit: float, memory_gb: float, sandbox: 
         for v in by_check.values():
             v.message = name(v.message)
     return run, problem or why_no_verdict(run, seed), time.monotonic() - start
+
+
+def limit_address_space(gb: float) -> None:
+    """The soft limit only: the judge's children (the sandboxes) set their own, up to the hard one."""
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    size = int(gb * 2**30)
+    resource.setrlimit(resource.RLIMIT_AS, (size if hard == resource.RLIM_INFINITY else min(size, hard), hard))
 
 
 def judge_command(copy: Path, verdicts: Path, seed: int, sandbox: str, memory_gb: float, deadline: float,

@@ -146,6 +146,7 @@ class LoopRun:
         self.log, self.log_full, self.budget, self.run_cpu = log, False, budget, run_cpu
         self.deadline = deadline  # time.monotonic() past which the run is stopped
         self.returncode = None
+        self.reached = []  # the caps of its sandbox's cgroup the run ran into ("memory", "tasks")
         self.last_output = []
         self.interrupts, self.interrupted_at = 0, None
 
@@ -222,6 +223,10 @@ class LoopRun:
             signal.signal(signal.SIGINT, previous)
             if proc.poll() is None:  # the caller stopped early: the run stops with it
                 stop_tree(proc)
+            group = getattr(proc, "group", None)
+            if group is not None:  # its cgroup: the caps it ran into, and what it left running
+                self.reached = group.reached()
+                group.close()
             proc.stdout.close()
             for fd in (read_events, write_acks, read_stacks):
                 os.close(fd)

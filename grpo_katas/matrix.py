@@ -160,7 +160,7 @@ def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, t
         code = int(pytest.main(args, plugins=[collector]))
     w = collector.worker
     load_errors = {collector.index[str(w.targets[k].resolve())]: m for k, m in w.load_errors.items()} if w else {}
-    sandbox_desc = (w.mode + (f" ({w.why})" if w.why else "")) if w else "none"
+    sandbox_desc = (w.mode + (f" ({w.why})" if w.why else "") + (f"; {w.caps}" if w.caps else "")) if w else "none"
     return Run(code, collector.verdicts(len(targets)), load_errors, sandbox_desc, list(w.events) if w else [])
 
 

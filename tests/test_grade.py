@@ -639,8 +639,9 @@ def test_a_file_the_grader_cannot_read_is_refused_with_reports(repo, tmp_path):
 
 @pytest.mark.slow
 def test_whatever_fails_in_the_grader_the_reports_are_written(tmp_path, monkeypatch, capsys):
-    """A failure class per step after OUT is ready: the judge does not start or crashes, its verdicts are missing or
-    not a report, the grader itself raises; each gives an error with all three reports."""
+    """A failure class per step after OUT is ready: the judge does not start, crashes or runs out of the memory it
+    may use, its verdicts are missing or not a report, the grader itself raises; each gives an error with all three
+    reports."""
     from grpo_katas import grade as grader
     submission = tmp_path / "grpo.py"
     submission.write_text(GOOD)
@@ -655,10 +656,13 @@ def test_whatever_fails_in_the_grader_the_reports_are_written(tmp_path, monkeypa
                     "the judge failed"),
                 "the judge's verdicts are cut short": (
                     "judge_command", judge("open(out, 'w').write('{\"exit_code\": 0, \"verd')"), "the judge failed"),
-                "the grader raises": ("build_results", raising_once(grader.build_results), "the grader failed")}
+                "the grader raises": ("build_results", raising_once(grader.build_results), "the grader failed"),
+                "the judge runs out of memory": ("judge_command", judge("held = bytearray(300 * 2**20)"),
+                                                 "under a limit of 0.1 GiB of address space")}
     for name, (attribute, replacement, words) in failures.items():
         with monkeypatch.context() as patch:
             patch.setattr(grader, attribute, replacement)
+            patch.setattr(grader, "JUDGE_MEMORY_GB", 0.1)
             out = tmp_path / name.replace(" ", "-").replace("'", "")
             assert grader.main(["1", str(submission), str(out), "--sandbox", "process"]) == 1, name
         res = json.loads((out / "results.json").read_text())

@@ -177,6 +177,64 @@ def test_records_keep_their_fields_on_the_wire():
     assert received(torch.Size([2, 3])) == (2, 3) and received({"a": [1]}) == {"a": [1]}
 
 
+# children that each hold 700 MiB, more than the tree's cap together; then as many processes as it can start
+GREEDY_LOOP = '''
+import os, signal, time
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    beta: float = 0.04
+    num_iterations: int = 1
+    max_new_tokens: int = 8
+
+
+def hold(seconds):
+    if os.fork() == 0:
+        held = b"x" * (700 * 2**20)
+        time.sleep(seconds)
+        os._exit(0)
+
+
+def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
+    for _ in range(6):
+        hold(8)
+    killed = sum(os.WTERMSIG(os.wait()[1]) == signal.SIGKILL for _ in range(6))
+    started = 0
+    try:
+        while started < 1000:
+            if os.fork() == 0:
+                time.sleep(30)
+                os._exit(0)
+            started += 1
+    except OSError:
+        pass
+    log({"killed": float(killed), "started": float(started)})
+'''
+
+
+def test_a_sandbox_s_whole_tree_is_capped_in_memory_and_tasks_where_a_cgroup_can_be_made(tmp_path):
+    """RLIMIT_AS is each process's own: six children of 700 MiB each held 4 GiB under a 3 GiB limit, and a loop
+    could start processes until the machine had none. Where this machine lets the judge make a cgroup (root in CI),
+    the tree is capped: the memory cap kills children, the task cap refuses a fork, the run says which it reached,
+    and nothing of it is left when it ends."""
+    from grpo_katas.jobs import LoopRun
+    limits = sandbox.Limits(memory_gb=3.0, tasks=32)
+    group = sandbox.Group(limits)
+    group.close()
+    if group.held != ["memory", "pids"]:
+        pytest.skip(f"no cgroup caps here: {sandbox.Group(limits).describe(limits)}")
+    loop = tmp_path / f"greedy-{os.getpid()}.py"  # a name no other process has on its command line
+    loop.write_text(GREEDY_LOOP)
+    run = LoopRun(loop, ["--steps", "1"], sandbox=sandbox.resolve("auto")[0], limits=limits)
+    steps = [e for kind, e in run if kind == "event" and e["event"] == "step"]
+    assert len(steps) == 1 and steps[0]["killed"] >= 2 and steps[0]["started"] < 32, steps
+    assert run.reached == ["memory", "tasks"]
+    leftover = subprocess.run(["pgrep", "-f", loop.name], capture_output=True, text=True).stdout.split()
+    assert not leftover, leftover
+
+
 @pytest.mark.skipif(not BWRAP, reason="bubblewrap cannot run here")
 def test_the_sandboxed_worker_sees_no_repository_no_network_and_cannot_write(tmp_path):
     server = socket.socket()

@@ -179,6 +179,8 @@ def make_run(path: Path, settings: dict, mode: str, deadline: float | None = Non
     if end is None:
         end = {"event": "gone", "message": f"the runner's process exited with status {run.returncode} before the "
                                            f"run ended"}
+    if run.reached:
+        end["message"] = f"{end.get('message') or ''} (its sandbox reached its cap on {' and '.join(run.reached)})"
     return steps, end
 
 

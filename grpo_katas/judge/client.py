@@ -56,6 +56,7 @@ class Worker:
         self.broken = {}           # (key, fn) -> what happened: later calls fail at once
         self.events = []           # hangs, crashes and restarts, for the record
         self.proc = self.sock = None
+        self.caps = ""
         self.buffer = b""
         self.log_dir = spawned.log_dir if spawned else Path(tempfile.mkdtemp(prefix="grpo-worker-"))
         self.loaded = self.was_loaded = False
@@ -69,6 +70,7 @@ class Worker:
             (self.proc, self.sock), self.spawned = (self.spawned.proc, self.spawned.sock), None
         else:
             self.proc, self.sock = sandbox.launch(self.mode, self.targets, self.log_dir, self.limits)
+        self.caps = self.proc.group.describe(self.limits)  # what holds its whole tree, for the record
         self.buffer, self.loaded = b"", False
         self.sock.setblocking(False)
         try:
@@ -266,6 +268,10 @@ class Worker:
         except ValueError:
             name = f"signal {number}"
         native = " (a crash in native code, or a resource limit)" if name in ("SIGSEGV", "SIGBUS", "SIGABRT") else ""
+        group = getattr(self.proc, "group", None)
+        reached = group.reached() if group is not None else []
+        if reached:  # the cgroup's cap on its whole tree, not a limit of its own
+            native = f" (its sandbox reached its cap on {' and '.join(reached)})"
         return f"killed by {name}{native}"
 
 

@@ -22,7 +22,10 @@ Two modes, chosen by `resolve`:
   double-forks can outlive it. Fit for checking your own code, not for grading someone else's.
 Both get an address-space limit, a CPU-time backstop, a size limit on every file they write (RLIMIT_FSIZE: a
 write past it fails), no core files, stdout and stderr to one capped file nobody reads, a clean environment,
-and SIGKILL when the judge dies.
+and SIGKILL when the judge dies. Those limits are each process's own; where this machine lets the judge make a
+cgroup (root, or a delegated subtree), each sandbox's whole tree is also capped there, its memory (the same
+memory_gb, page cache and its /tmp included) and its tasks (processes and threads: no fork bomb), and every process
+left in it is killed when the sandbox is (`Group`; `describe` says which caps hold).
 """
 import contextlib
 import ctypes
@@ -30,12 +33,14 @@ import fcntl
 import os
 import re
 import resource
+import secrets
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +69,7 @@ class Limits:
     cpu_s: int = 3600            # CPU seconds over the worker's whole life (calls have their own budgets)
     threads: int = 1             # torch threads in the worker: the judge needs the other core
     disk_mb: int = 64            # the sandbox's /tmp, and the largest file the worker may write (its log too)
+    tasks: int = 512             # processes and threads of the whole tree, where a cgroup holds them
 
 
 _probe_cache = {}
@@ -196,14 +202,18 @@ def run_environment(limits: Limits) -> dict:
 
 def start_run(mode: str, path: Path, runner_args: list, channels: tuple, limits: Limits, **popen) -> tuple:
     """(process, the folder it runs in) of run_command, its channels (three file descriptors of the caller's: the
-    events' write end, the answers' read end and the stacks' write end) given to it as RUN_FDS. In process mode the
-    folder is a fresh one, for the caller to remove; in bubblewrap it is the sandbox's own /tmp (None here)."""
+    events' write end, the answers' read end and the stacks' write end) given to it as RUN_FDS, in a Group of its
+    own (proc.group; `kill` ends it). In process mode the folder is a fresh one, for the caller to remove; in
+    bubblewrap it is the sandbox's own /tmp (None here)."""
     folder = tempfile.mkdtemp(prefix="grpo-run-") if mode == "process" else None
     fds, numbers = list(channels), RUN_FDS
     if mode != "process":
         fds, numbers = fds + [os.open(path, os.O_RDONLY | os.O_CLOEXEC)], RUN_FDS + (LOOP_FD,)
 
+    group = Group(limits)
+
     def prepare():
+        group.join()
         apply_limits(limits)
         high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 64) for fd in fds]  # out of the way of the numbers first
         for fd, number in zip(high, numbers):
@@ -215,12 +225,14 @@ def start_run(mode: str, path: Path, runner_args: list, channels: tuple, limits:
                                     cwd=folder or "/", env=run_environment(limits), start_new_session=True,
                                     preexec_fn=prepare, **popen)
     except BaseException:
+        group.close()
         if folder:
             shutil.rmtree(folder, ignore_errors=True)
         raise
     finally:
         if mode != "process":
             os.close(fds[-1])
+    proc.group = group
     return proc, folder
 
 
@@ -305,13 +317,23 @@ def apply_limits(limits: Limits) -> None:
 
 
 def _start(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
-    out = open(log_dir / "worker.log", "ab")
+    out, group = open(log_dir / "worker.log", "ab"), Group(limits)
+
+    def prepare():
+        group.join()
+        apply_limits(limits)
+
     try:
-        return subprocess.Popen(command(mode, targets, fd, limits), pass_fds=(fd,), stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(command(mode, targets, fd, limits), pass_fds=(fd,), stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=log_dir, env=environment(limits),
-                                start_new_session=True, preexec_fn=lambda: apply_limits(limits))
+                                start_new_session=True, preexec_fn=prepare)
+    except BaseException:
+        group.close()
+        raise
     finally:
         out.close()
+    proc.group = group
+    return proc
 
 
 class Spawned:
@@ -353,7 +375,8 @@ def cpu_seconds(pid: int) -> float:
 
 
 def kill(proc: subprocess.Popen) -> None:
-    """SIGKILL the worker and every process below it; in bubblewrap mode the PID namespace goes with it."""
+    """SIGKILL the worker (or a run) and every process below it; in bubblewrap mode the PID namespace goes with it,
+    and with a cgroup (proc.group) every process in it, wherever it went."""
     for p in reversed(descendants(proc.pid)):
         try:
             os.kill(p, signal.SIGKILL)
@@ -367,3 +390,103 @@ def kill(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
         pass
+    if getattr(proc, "group", None) is not None:
+        proc.group.close()
+
+
+class Group:
+    """A cgroup of a sandbox's own, where this machine lets this process make one: its whole tree's memory and
+    tasks capped (cgroup v2 where the memory and pids controllers are delegated to us, else the v1 hierarchies of
+    each). `held` names the caps in place; `why` says why there are none. A process joins it with `join()`, in the
+    child before it runs anything (so everything it starts is in it too); `close()` kills whatever is left in it,
+    removes it, and says which cap the tree ran into, if any."""
+
+    def __init__(self, limits: Limits):
+        self.folders, self.held, self.why = [], [], ""
+        name = f"grpo-katas-{secrets.token_hex(6)}"
+        memory, tasks = str(int(limits.memory_gb * 2**30)), str(limits.tasks)
+        try:
+            for version, parent, controllers in cgroup_parents():
+                folder = Path(parent) / name
+                folder.mkdir()
+                self.folders.append(folder)
+                for controller, file, value in (("memory", "memory.max" if version == 2 else "memory.limit_in_bytes",
+                                                 memory), ("pids", "pids.max", tasks)):
+                    if controller in controllers:
+                        (folder / file).write_text(value)
+                        self.held.append(controller)
+        except OSError as exc:
+            self.close()
+            self.held, self.why = [], f"no cgroup could be made here ({exc.strerror or exc})"
+        if not self.held and not self.why:
+            self.why = "this machine has no memory or pids cgroup controller for us"
+
+    def join(self) -> None:
+        for folder in self.folders:
+            (folder / "cgroup.procs").write_text(str(os.getpid()))
+
+    def reached(self) -> list:
+        """The caps the tree has run into so far: "memory" (an OOM kill, or a failed charge in v1), "tasks"."""
+        return sorted({cap for folder in self.folders
+                       for cap, file, pattern in (("memory", "memory.events", r"^oom_kill [1-9]"),
+                                                  ("memory", "memory.failcnt", r"^[1-9]"),
+                                                  ("tasks", "pids.events", r"^max [1-9]"))
+                       if re.search(pattern, read(folder / file), re.M)})
+
+    def close(self) -> None:
+        """Kill what is left in it (within a second), and remove it."""
+        for folder in self.folders:
+            for _ in range(50):
+                pids = read(folder / "cgroup.procs").split()
+                if not pids:
+                    break
+                for pid in pids:
+                    with contextlib.suppress(OSError):
+                        os.kill(int(pid), signal.SIGKILL)
+                time.sleep(0.02)
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        self.folders = []
+
+    def describe(self, limits: Limits) -> str:
+        caps = {"memory": f"{limits.memory_gb:g} GiB", "pids": f"{limits.tasks} tasks"}
+        if not self.held:
+            return f"per-process limits only: {self.why}"
+        return f"each sandbox's whole tree capped at {' and '.join(caps[c] for c in self.held)} (cgroup)"
+
+
+def read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def cgroup_parents() -> list:
+    """(version, the folder of this process's cgroup, the controllers a child made there gets) for cgroup v2 where
+    memory and pids are delegated to it, else for each v1 hierarchy of memory and of pids."""
+    try:
+        mine = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []  # no /proc: not Linux
+
+    def mount_of(fstype: str, controller: str | None) -> str | None:
+        for line in mounts:
+            fields, super_options = line.split(" - ")[0].split(), line.split(" - ")[1].split()
+            if super_options[0] == fstype and (controller is None or controller in super_options[2].split(",")):
+                return fields[4]
+        return None
+    paths = {c: path for _, controllers, path in (line.split(":", 2) for line in mine) for c in controllers.split(",")}
+    unified = mount_of("cgroup2", None)
+    if "" in paths and unified:
+        folder = unified + paths[""]
+        enabled = read(Path(folder) / "cgroup.subtree_control").split()
+        if "memory" in enabled and "pids" in enabled:
+            return [(2, folder, ["memory", "pids"])]
+    out = []
+    for controller in ("memory", "pids"):
+        mount = mount_of("cgroup", controller)
+        if mount and controller in paths:
+            out.append((1, mount + paths[controller], [controller]))
+    return out

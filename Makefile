@@ -6,7 +6,8 @@ PYTHON  := $(BIN)/python
 STAMP   := $(VENV)/.installed
 export PYTHONWARNINGS := ignore:Failed to initialize NumPy
 
-CLI     := $(PYTHON) -m grpo_katas.cli
+VIA     := GRPO_KATAS_MAKE=1   # usage errors in the words of make's settings (STEPS=, not --steps)
+CLI     := $(VIA) $(PYTHON) -m grpo_katas.cli
 
 # --- how a target ends ------------------------------------------------------------------------------------
 # A command's own last line says how it went (a check's verdict, "nothing changed", "interrupted"); make adds
@@ -74,10 +75,15 @@ WHY_check_SET     := the checks set every GRPOConfig field themselves; make run 
 WHY_check_DEVICE  := the checks run on the CPU; make run N=.. DEVICE=cuda trains your copy on a GPU
 WHY_check_NPROC   := the checks run two ranks themselves (update and training); make run N=.. NPROC=2 runs yours
 WHY_kata_MODEL    := a kata is the same loop on any model; make run N=.. MODEL=.. runs it on one
-refused  = $(filter-out $(TAKES_$(1)),$(GIVEN))
-refusal  = echo "error: make $(1) does not take $(firstword $(call refused,$(1)))=: $(or \
-           $(WHY_$(1)_$(firstword $(call refused,$(1)))),$(if $(TAKES_$(1)),it takes $(TAKES_$(1)),it takes no \
-           setting) (make help lists what each target takes))" >&2; (exit 2)
+# Any other variable given on the command line (STEP=2, seed=5, FOO=1) is refused too, naming a setting the target
+# takes that it is a near miss of: the same letters in another case, or one the start of the other.
+refused  = $(firstword $(UNKNOWN) $(filter-out $(TAKES_$(1)),$(GIVEN)))
+refusal  = printf 'error: make %s does not take %s=: %s\n' $(1) '$(subst ','\'',$(call refused,$(1)))' "$(or \
+           $(WHY_$(1)_$(call refused,$(1))),$(if $(call near,$(1)),did you mean $(call near,$(1))=? )$(if \
+           $(TAKES_$(1)),it takes $(TAKES_$(1)),it takes no setting) (make help lists what each target takes))" >&2; \
+           (exit 2)
+near     = $(shell w=$$(printf '%s' '$(subst ','\'',$(call refused,$(1)))' | tr a-z A-Z); for t in $(TAKES_$(1)); do \
+           case "$$t" in ("$$w"|"$$w"?*) echo $$t; exit;; esac; case "$$w" in ("$$t"?*) echo $$t; exit;; esac; done)
 # a switch as the CLI takes it (1/yes/true/on or 0/no/false/off; anything else is refused there)
 switch   = $(if $($(1)),$(2)=$(call q,$(1)))
 
@@ -88,6 +94,7 @@ switch   = $(if $($(1)),$(2)=$(call q,$(1)))
 # given (GIVEN, taken first: this changes their origin) are each kept as the text typed (override, simply expanded:
 # a $$(value ...) is never expanded again), none is exported, and each reaches the shell in single quotes: q.
 GIVEN := $(foreach v,$(VARIABLES),$(if $(filter command line,$(origin $(v))),$(v)))
+UNKNOWN := $(filter-out $(VARIABLES) PY,$(foreach v,$(.VARIABLES),$(if $(filter command line,$(origin $(v))),$(v))))
 $(foreach v,$(GIVEN),$(eval override $(v) := $$(value $(v))))
 unexport $(GIVEN)
 q        = '$(subst ','\'',$($(1)))'
@@ -184,9 +191,11 @@ DO_bubblewrap = if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		     "install it with your package manager (Debian/Ubuntu: sudo apt-get install bubblewrap)"; \
 	fi
 
+# (whether .venv was current before this make began: then a second `make setup` says so)
+CURRENT := $(shell [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt constraints.txt ] && echo yes)
 .do-setup: $(STAMP)
 	$(call do,setup)
-DO_setup = true
+DO_setup = $(if $(CURRENT),echo "$(VENV) is up to date with pyproject.toml and constraints.txt; nothing to do",true)
 
 # make test: the tests but the slow ones (a kata of each codebase reproduced against its recorded run among them), the
 # checks on the reference, and the proof's static rules beside them (tests/__main__.py); .ci/run adds the slow tests
@@ -200,7 +209,10 @@ DO_test = $(PYTHON) -m tests
 CHECK_FLAGS = $(if $(SEED),--seed $(call q,SEED)) $(call switch,ALL,--all) $(if $(COMPONENT),--component $(call q,COMPONENT))
 .do-check: $(STAMP)
 	$(call do,check)
-DO_check = $(CLI) check $(CHECK_FLAGS) $(if $(FORMAT),--format $(call q,FORMAT)) $(if $(filter-out \
+DO_check = $(if $(filter N,$(GIVEN)),$(if $(filter TARGET,$(GIVEN)),$(BOTH_N_AND_TARGET),$(CHECK)),$(CHECK))
+BOTH_N_AND_TARGET = echo "error: make check takes N= (your copy of a kata) or TARGET= (any file), not both" >&2; \
+		(exit 2)
+CHECK = $(CLI) check $(CHECK_FLAGS) $(if $(FORMAT),--format $(call q,FORMAT)) $(if $(filter-out \
 		undefined,$(origin N)),-- $(call q,N),$(if $(filter-out undefined,$(origin TARGET)),--target $(call q,TARGET)))
 
 .do-watch: $(STAMP)
@@ -252,7 +264,7 @@ DO_stats = $(CLI) stats
 
 .do-verify: $(STAMP)
 	$(call do,verify)
-DO_verify = $(PYTHON) -m grpo_katas.verify $(if $(filter 1 yes true,$(FRESH)),--fresh)
+DO_verify = $(PYTHON) -m grpo_katas.verify $(if $(filter FRESH,$(GIVEN)),--fresh $(call q,FRESH))
 
 .do-katas: $(STAMP)
 	$(call do,katas)
@@ -280,7 +292,7 @@ DO_grade = $(PYTHON) -m grpo_katas.grade $(if $(SEED),--seed $(call q,SEED)) -- 
 
 .do-train: $(STAMP)
 	$(call do,train)
-DO_train = $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(call q,TASK)) $(if $(STEPS),--steps $(call q,STEPS)) \
+DO_train = $(VIA) $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(call q,TASK)) $(if $(STEPS),--steps $(call q,STEPS)) \
 		$(if $(DEVICE),--device $(call q,DEVICE)) $(if $(SET),--set $(call qwords,SET)) $(if $(OUT),--out $(call q,OUT)) \
 		$(call switch,RESUME,--resume) $(call switch,COMPILE,--compile) $(if $(NPROC),--nproc $(call q,NPROC)) \
 		$(if $(MODEL),--hf-model $(call q,MODEL)) $(call switch,CHECKPOINTING,--gradient-checkpointing) \

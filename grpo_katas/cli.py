@@ -9,6 +9,8 @@ Your work lives in work/ (git-ignored) and is never overwritten without a timest
 import argparse
 import logging
 import math
+import os
+import re
 import sys
 import time
 from datetime import datetime
@@ -57,6 +59,9 @@ def cmd_run(args) -> int:
     cited = render.cited_metrics(kata)
     history, last = render.live_run(run, f"kata {kata.key}: {shown(path)}", max(1, steps), cited,
                                     shown(path.parent / "run.log"))
+    if run.log is None:  # LoopRun could not write it: say so, rather than point at a log that is not there
+        console.print(f"[yellow]{shown(path.parent / 'run.log')} could not be written (is the folder read-only?): "
+                      f"what the loop printed is only what is shown above[/]")
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
         from grpo_katas.runs import flag_words  # torch comes with it: only here, where a run was made
         raise UserError(flag_words(last["setting"], last["problem"]))
@@ -249,8 +254,9 @@ def chosen(state: dict, tier: str | None, codebase: str | None, made=()) -> list
 
 
 def cmd_next(args) -> int:
-    with progress.update() as state:
-        kata = progress.next_unsolved(state, chosen(state, args.tier, args.codebase))
+    with progress.update() as state:  # by tier, easiest first (warm-up, practice, frontier, interview), then number
+        katas = sorted(chosen(state, args.tier, args.codebase), key=lambda k: TIERS.index(k.tier))
+        kata = progress.next_unsolved(state, katas)
         resumed = progress.start(state, kata) if kata else None
     if kata is None:
         which = " ".join(x for x in (args.tier, args.codebase) if x)
@@ -286,15 +292,19 @@ def cmd_mock_end(args) -> int:
         raise UserError("no mock round is in progress; start one with `make mock`")
     kata = find(active["kata"])
     ended = now()  # the clock stops when the round is ended, not once the checks are done
-    try:
-        with render.busy(f"the hidden checks on your copy of kata {kata.key} (about 10 s)"):
-            results, error = run_checks(require_copy(kata)), None
+    try:  # judged as `make check N=..` judges it: every check, then the brief's run
+        with render.busy(f"the hidden checks on your copy of kata {kata.key}, then the brief's run (about 15 s)"):
+            results, error = run_checks(require_copy(kata), kata=kata), None
     except UserError as exc:
         results, error = None, str(exc)
     with progress.update() as state:
         card, md = rounds.close_round(state, active, kata, results, error, ended)
+        solved = results is not None and all(r.passed for r in results.values())
+        record = drills.after_check(state, kata, fixed_bug_ids(kata, load_bugs(), results), True) if solved else None
     render.scorecard(rounds.scorecard_markdown(card))
     console.print(f"written: {shown(md)} and {shown(md.with_suffix('.json'))}")
+    if record:
+        console.print(f"[bold green]Solved[/]: kata {kata.key} is recorded as solved, as `make check` records it")
     return 0
 
 
@@ -360,12 +370,35 @@ def positive(kind):
     return parse
 
 
+def seed(text: str) -> int:
+    """A seed as torch takes one: a whole number from 0 to 2**63 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**63:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 0 to {2**63 - 1}, got {text!r}")
+    return value
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line and exit status 2, as every other mistake gets."""
 
     def error(self, message):
-        console.print(f"[red]error:[/] {escape(message)}; `{self.prog} --help` says more", soft_wrap=True)
+        flag = re.match(r"argument (--[a-z-]+)(?:/-\w+)?: (.*)", message, re.S)
+        if os.environ.get("GRPO_KATAS_MAKE") and flag and flag[1] in MAKE_SETTINGS:  # in the words typed to make
+            message, more = f"{MAKE_SETTINGS[flag[1]]}=: {flag[2]}", "`make help`"
+        else:
+            more = f"`{self.prog} --help`"
+        console.print(f"[red]error:[/] {escape(message)}; {more} says more", soft_wrap=True)
         sys.exit(2)
+
+
+# the make setting behind each flag (the Makefile runs the CLI with GRPO_KATAS_MAKE=1)
+MAKE_SETTINGS = {"--seed": "SEED", "--steps": "STEPS", "--nproc": "NPROC", "--hf-model": "MODEL", "--task": "TASK",
+                 "--device": "DEVICE", "--budget": "BUDGET", "--tier": "TIER", "--bugs": "BUGS",
+                 "--codebase": "CODEBASE", "--minutes": "MINUTES", "--component": "COMPONENT", "--format": "FORMAT",
+                 "--target": "TARGET", "--set": "SET"}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -381,7 +414,7 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--steps", type=int, default=None,
                      help="training steps (default: the kata's run, 40 unless its brief says; a few seconds on a CPU); "
                           "more to see a slow drift such as a creeping KL")
-    run.add_argument("--seed", type=int, default=None,
+    run.add_argument("--seed", type=seed, default=None,
                      help="seed of the model, the prompts and the sampling (default: the kata's, 0): another shows how "
                           "much of a curve is luck; the healthy run uses the same one")
     run.add_argument("--set", nargs="*", default=None, metavar="KEY=VALUE",
@@ -409,7 +442,7 @@ def parser() -> argparse.ArgumentParser:
                             "implements the contract, such as a fix you wrote elsewhere")
     for name in ("check", "watch"):
         c = sub.choices[name]
-        c.add_argument("--seed", type=int, default=0,
+        c.add_argument("--seed", type=seed, default=0,
                        help="the base seed of the checks' drawn shapes and values (default 0, as CI's first seed); "
                             "another seed draws other inputs, to see that a fix holds beyond one draw")
         c.add_argument("--all", nargs="?", const=True, default=False, type=yes_or_no, metavar="YES",
@@ -448,7 +481,7 @@ def parser() -> argparse.ArgumentParser:
     drill.add_argument("--bugs", type=int, default=None, help="how many bugs (default: the tier's usual number)")
     drill.add_argument("--codebase", choices=sorted(CODEBASES), default=None,
                        help="the codebase to plant them in (default: any): to practise reading one style")
-    drill.add_argument("--seed", type=int, default=None,
+    drill.add_argument("--seed", type=seed, default=None,
                        help="the same seed always gives the same drill (default: scheduled by your record)")
     return p
 

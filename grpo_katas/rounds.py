@@ -44,6 +44,10 @@ def begin(state: dict, kata, tier: str | None, minutes: float | None) -> tuple:
     active, opening = state.get("round"), None
     if active and kata is not None and kata.key != str(active["kata"]):
         raise UserError(f"a round on kata {active['kata']} is in progress; end it with `make mock-end` first")
+    if active and (tier or minutes):  # settings for a new round, where the open one would only be resumed
+        given = " and ".join(w for w, v in (("TIER=", tier), ("MINUTES=", minutes)) if v)
+        raise UserError(f"a round on kata {active['kata']} is in progress, so {given} would change nothing: "
+                        f"`make mock` resumes it, `make mock-end` ends it")
     if not active:
         kata = kata or pick(state, tier)
         opening = kata, progress.start(state, kata)

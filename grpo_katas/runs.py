@@ -18,6 +18,7 @@ the two to the same numbers.
 import dataclasses
 import inspect
 import math
+import os
 import time
 import typing
 from dataclasses import dataclass, field
@@ -62,9 +63,12 @@ class ConfigError(ValueError):
 def flag_words(setting: str, problem: str) -> str:
     """A setting's error in the words of the flag that sets it: `--steps must be at least 1, got -5`, `--set beta
     must be a finite number, 0 or more (0 drops the KL term), got -1.0`."""
+    via_make = bool(os.environ.get("GRPO_KATAS_MAKE"))  # the Makefile's commands: in the words of its settings
     if setting.startswith("grpo."):
-        return f"--set {setting[5:]} {problem}"
+        return f"SET={setting[5:]}=: {problem}" if via_make else f"--set {setting[5:]} {problem}"
     if setting in {f.name for f in dataclasses.fields(RunConfig)} - {"model", "grpo"}:
+        if via_make:
+            return f"{'MODEL' if setting == 'hf_model' else setting.upper()}=: {problem}"
         return f"--{setting.replace('_', '-')} {problem}"
     return f"{setting} {problem}"
 

@@ -70,7 +70,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from grpo_katas import ROOT, run_counted
+from grpo_katas import ROOT, run_counted, yes_or_no
 from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
                                   load_katas, plant, tells_in)
 from grpo_katas.lint import LintUnavailable, planted_findings
@@ -477,12 +477,28 @@ def static_problems(katas) -> list:
     return out
 
 
+def switch(text: str) -> bool:
+    """FRESH= as make passes it: 1/yes/true/on or 0/no/false/off, anything else refused in one line."""
+    try:
+        return yes_or_no(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+class Parser(argparse.ArgumentParser):
+    """A usage error as one line and exit status 2."""
+
+    def error(self, message):
+        print(f"error: {message}; python -m grpo_katas.verify --help says more", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--tier", choices=list(TIERS), default="full",
                         help="full: every bug in every codebase, three seeds, every symptom at five seeds and each "
                              "kernel path (make verify, CI); static: the rules that need no run (make test)")
-    parser.add_argument("--fresh", action="store_true",
+    parser.add_argument("--fresh", nargs="?", const="yes", default="no", type=switch, metavar="yes|no",
                         help="judge every target again, reusing no verdict from .cache/verify (CI always does)")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="base seeds of the checks' draws (default: the full tier's, 0 1 2)")

@@ -5,6 +5,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -555,6 +556,35 @@ def test_every_setting_a_target_does_not_take_is_refused_in_one_line(repo):
     assert code == 1 and "the checks judge your functions on the lab model" in out
 
 
+def test_any_other_variable_on_make_s_command_line_is_refused_naming_the_setting_it_is_a_near_miss_of(repo):
+    """STEP=2, seed=5, FOO=1: make once ran 40 steps, judged seed 0 and started the kata without a word. Each is
+    refused in one line before anything runs (no Python is started: well under a second), and so are N= with
+    TARGET= and a FRESH= that is no yes or no."""
+    from tests.cli_helpers import fake_venv
+    fake_venv(repo)
+    cases = [(("run", "N=1", "STEP=2"), "make run does not take STEP=: did you mean STEPS=? it takes N STEPS"),
+             (("check", "N=1", "seed=5"), "make check does not take seed=: did you mean SEED=?"),
+             (("run", "N=1", "stepss=3"), "make run does not take stepss=: did you mean STEPS=?"),
+             (("list", "tier=x"), "make list does not take tier=: did you mean TIER=?"),
+             (("kata", "N=3", "FOO=1"), "make kata does not take FOO=: it takes N ("),
+             (("kata", "N=3", "A'B=1"), "make kata does not take A'B=: it takes N ("),
+             (("check", "N=3", "TARGET=solutions/grpo.py"), "make check takes N= (your copy of a kata) or TARGET="),
+             (("verify", "FRESH=maybe"), "takes yes or no (1 or 0), got 'maybe'")]
+    for args, words in cases:
+        start = time.monotonic()
+        r = subprocess.run(["make", "-s", *args], cwd=repo, capture_output=True, text=True, timeout=60, env=ENV)
+        seconds, out = time.monotonic() - start, r.stdout + r.stderr
+        assert r.returncode == 1 and words in out and len(out.strip().splitlines()) == 1, (args, out)
+        assert seconds < (5 if args[0] == "verify" else 2), (args, seconds)  # verify's refusal is Python's own
+    assert not (repo / "work").exists()  # nothing ran
+    make(repo, "kata", "N=1")  # a bad value: in the words of the setting typed, never of the CLI's flag
+    for args, words in [(("run", "N=1", "STEPS=0"), "error: STEPS=: must be at least 1, got 0"),
+                        (("run", "N=1", "SEED=123456789012345678901234"), "error: SEED=: must be a whole number"),
+                        (("mock", "N=1", "MINUTES=-3"), "error: MINUTES=: must be a number above 0")]:
+        code, out = make(repo, *args)
+        assert code == 1 and out.strip().startswith(words) and "--" not in out, (args, out)
+
+
 def test_a_target_that_does_not_exist_is_one_line_even_where_a_folder_has_its_name(repo):
     (repo / "runs").mkdir()
     for flags in (("-s",), ()):
@@ -734,7 +764,7 @@ def test_the_clock_counts_time_spent_and_a_pause_counts_at_most_the_idle_thresho
     assert record["spent"] == 16 * 60
 
 
-def test_next_starts_the_first_kata_in_list_order_you_have_not_solved(repo):
+def test_next_starts_the_first_kata_you_have_not_solved_by_tier_then_number(repo):
     import json
     code, out = cli(repo, "next")
     assert code == 0 and "kata 1: 01-kl-creep" in out and copy_of(repo, 1).exists()
@@ -746,6 +776,12 @@ def test_next_starts_the_first_kata_in_list_order_you_have_not_solved(repo):
     assert code == 0 and "kata 2: 02-reward-slide" in out and "Resuming" in out
     code, out = make(repo, "next", "TIER=interview")
     assert code == 0 and "kata 18: 18-phone-screen-a" in out
+    # the warm-ups solved, kata 24 is the last of them; the practice tier solved too, the frontier comes before 18
+    for last_solved, then in [(8, "kata 24: 24-"), (17, "kata 25: 25-")]:
+        done = {str(n): solved for n in [*range(1, last_solved + 1), 24] if n != 24 or last_solved > 8}
+        (repo / "work" / "state.json").write_text(json.dumps({"katas": done}))
+        code, out = cli(repo, "next")
+        assert code == 0 and then in out, out[:300]
 
 
 @pytest.mark.slow
@@ -862,4 +898,5 @@ def test_make_setup_makes_the_venv_once_and_a_failure_is_its_own_line(repo, tmp_
         assert r.returncode == code and (repo / ".venv" / ".installed").exists() == installed, out
         assert out.startswith("setting up .venv") and "make:" not in out, out
     r = subprocess.run(["make", "setup", f"PY={fake}"], cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
-    assert r.returncode == 0 and r.stdout + r.stderr == ""  # made once
+    assert r.returncode == 0 and r.stdout + r.stderr == (  # made once, and said so
+        ".venv is up to date with pyproject.toml and constraints.txt; nothing to do\n")

@@ -199,7 +199,7 @@ def hold(seconds):
 
 def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
     for _ in range(6):
-        hold(8)
+        hold(4)
     killed = sum(os.WTERMSIG(os.wait()[1]) == signal.SIGKILL for _ in range(6))
     started = 0
     try:

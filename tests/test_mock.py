@@ -38,7 +38,7 @@ def test_a_round_counts_down_with_nudges_and_ends_in_a_scorecard(repo):
     assert code == 0 and "bugs fixed: 0 of 1" in out
     cards = sorted((repo / "work" / "rounds").glob("*.json"))
     card = json.loads(cards[0].read_text())
-    assert card["kata"] == "7" and card["checks"]["total"] == n_checks()
+    assert card["kata"] == "7" and card["checks"]["total"] == n_checks() + 1  # and the brief's run, as make check
     assert set(card["rubric"]) >= {"hypothesis", "fix"}
     spans = [(datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() for a, b in card["clock"]]
     wall = (datetime.fromisoformat(card["ended"]) - datetime.fromisoformat(card["started"])).total_seconds()
@@ -53,6 +53,18 @@ def test_scorecards_never_overwrite_each_other(repo):
         start_round(repo, "1", "--minutes", "0.02")
         assert cli(repo, "mock-end")[0] == 0
     assert len(list((repo / "work" / "rounds").glob("*.md"))) == 2
+
+
+@pytest.mark.slow
+def test_a_round_that_fixed_every_bug_is_judged_as_make_check_judges_and_solves_the_kata(repo):
+    from grpo_katas.catalogue import CODEBASES
+    from tests.cli_helpers import copy_of
+    start_round(repo, "1", "--minutes", "0.02")
+    copy_of(repo, 1).write_text(CODEBASES[find_kata(1).codebase].path.read_text())
+    code, out = cli(repo, "mock-end")
+    card = json.loads(sorted((repo / "work" / "rounds").glob("*.json"))[0].read_text())
+    assert code == 0 and card["checks"]["passed"] == card["checks"]["total"] == n_checks() + 1, out
+    assert "Solved" in out and json.loads((repo / "work" / "state.json").read_text())["katas"]["1"].get("solved")
 
 
 def test_a_round_picks_an_unsolved_kata_of_the_tier(repo):

@@ -241,7 +241,11 @@ def tells_in(text: str, bugs, codebase: str) -> list:
 
 def fixed_bug_ids(kata: Kata, bugs: dict, verdicts: dict) -> list:
     """The planted bugs that are fixed. A bug is judged by the checks that only it trips among the kata's bugs;
-    where it shares all of them, by the checks of its own component. A check that did not run counts as failing."""
+    where it shares all of them, by the checks of its own component; and a kata of one bug, by its brief's run too
+    where that was judged (checks that pass while training shows the brief's symptoms fix nothing). A check that did
+    not run counts as failing."""
+    if len(kata.bugs) == 1 and RUN_CHECK in verdicts and not verdicts[RUN_CHECK].passed:
+        return []
     fixed = []
     for b in kata.bugs:
         declared = bugs[b].checks_in(kata.codebase)

@@ -50,7 +50,8 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 from grpo_katas import ROOT, matrix
-from grpo_katas.catalogue import RUN_CHECK, CatalogueError, CheckId, fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue import (RUN_CHECK, CatalogueError, CheckId, fail_to_pass, find_kata, fixed_bug_ids,
+                                  load_bugs)
 from grpo_katas.judge import sandbox as sandboxes
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
@@ -240,11 +241,13 @@ def build_results(kata, bugs, run: matrix.Run, error: str | None, submission: Pa
     others = set(verdicts) - f2p
     swe = {"FAIL_TO_PASS": {"success": names(f2p & passed), "failure": names(f2p - passed)},
            "PASS_TO_PASS": {"success": names(others & passed), "failure": names(others - passed)}}
+    # partial: a bug fixed whole, every check of its own passing (for a kata of one bug, its brief's run among them)
+    fixed = fixed_bug_ids(kata, bugs, verdicts)
     if error or not tests:
         resolved = "no"
     elif not swe["FAIL_TO_PASS"]["failure"] and not swe["PASS_TO_PASS"]["failure"]:
         resolved = "full"
-    elif swe["FAIL_TO_PASS"]["success"] and not swe["PASS_TO_PASS"]["failure"]:
+    elif fixed and not swe["PASS_TO_PASS"]["failure"]:
         resolved = "partial"
     else:
         resolved = "no"

@@ -205,21 +205,19 @@ def issue_31_cases(ref) -> dict:
         "amplifies-a-frame": Case(at_start_of(GOOD, "group_advantages", AMPLIFIES), "fail", "does not start where|a shape of"),
         "sends-1e400-as-a-step-count": Case(GOOD + STEPS_1E400, "fail", "step count is inf"),
         # every check passes; the brief's run, trained as `make run` trains it, still shows every symptom
-        "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms",
-                                       resolved="RESOLVED_PARTIAL"),
+        # (its one bug is not fixed: a bug is fixed when every check of its own passes, its kata's run among them)
+        "heals-only-when-judged": Case(healed_when(JUDGED), "fail", "still shows 3 of the 3 symptoms"),
         # the brief's run is float64 and heals; the checks' float32 models meet the kata's code
-        "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "checks pass",
-                                      resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
+        "heals-only-on-float64": Case(healed_when(ON_FLOAT64), "fail", "checks pass"),
         # the mirror: the checks' float32 models heal; the brief's float64 run, and the float64 check, do not
-        "heals-only-on-float32": Case(healed_when(ON_FLOAT32), "fail", "checks pass",
-                                      resolved="RESOLVED_PARTIAL|RESOLVED_NO"),
+        "heals-only-on-float32": Case(healed_when(ON_FLOAT32), "fail", "checks pass"),
     } | issue_41_cases()
 
 
 def issue_41_cases() -> dict:
     """The ways in of issue 41 to the brief's run: every check passes, and the run `make run` shows has every
     symptom of the brief; each is judged in a run's sandbox the judge starts, out of the worker's reach."""
-    still = dict(status="fail", words="still shows 3 of the 3 symptoms", resolved="RESOLVED_PARTIAL")
+    still = dict(status="fail", words="still shows 3 of the 3 symptoms")
     return {
         # at import, the worker's run function replaced by one that trains a healed copy in its place
         "forges-the-worker-s-run": Case(healed_when(JUDGED) + FORGES_THE_RUN, **still),
@@ -532,6 +530,34 @@ def test_grading_refuses_a_plain_process_unless_asked_for(tmp_path):
 
 
 @pytest.mark.slow
+def test_partial_means_a_bug_fixed_whole_and_a_one_bug_kata_s_run_is_its_bug_s():
+    """RESOLVED_PARTIAL once counted any target check that passed: kata 1 healed only under the checks passed 60 of
+    61 and was partial, its training showing every symptom. A bug is fixed when every check of its own passes (for
+    a kata of one bug, its run too); partial is at least one bug fixed, and no check that passed before failing."""
+    from grpo_katas import grade as grader
+    from grpo_katas.catalogue import RUN_CHECK, fail_to_pass
+    from grpo_katas.matrix import Verdict
+    bugs = load_bugs()
+
+    class Run:
+        def __init__(self, failing):
+            self.verdicts = {c: Verdict(c not in failing, "", "") for c in checks | {RUN_CHECK}}
+            self.sandbox, self.events = "bubblewrap", []
+
+        def of(self, target, seed):
+            return self.verdicts
+    for n, failing, resolved in [(1, "run", "RESOLVED_NO"), (1, "one of its checks", "RESOLVED_NO"),
+                                 (1, "", "RESOLVED_FULL"), (18, "one bug's checks and the run", "RESOLVED_PARTIAL"),
+                                 (18, "run", "RESOLVED_PARTIAL")]:
+        kata = find_kata(n)
+        checks = fail_to_pass(kata, bugs)
+        own = sorted(set(bugs[kata.bugs[0]].checks_in(kata.codebase)) & checks, key=str)
+        failed = {"run": {RUN_CHECK}, "one of its checks": {own[0]}, "": set(),
+                  "one bug's checks and the run": {*own, RUN_CHECK}}[failing]
+        res = grader.build_results(kata, bugs, Run(failed), None, Path("grpo.py"), 1.0, 0)
+        assert res["resolved"] == resolved, (n, failing, res["resolved"])
+
+
 def test_the_unfixed_kata_is_not_resolved_and_a_partial_fix_is_partial(repo, tmp_path):
     kata = find_kata(18)
     # at seed 0, which the proof covers: a bug may fail a check at some draws only, and grade draws a fresh seed

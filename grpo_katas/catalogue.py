@@ -12,7 +12,7 @@ tests fail until it is run.
 import re
 import sys
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_katas import KATAS, REFERENCE, ROOT

@@ -3,7 +3,7 @@
 `python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends; COMMANDS below lists each
 command with what it does and why one would use it (`--help` shows the same). This module parses and dispatches;
 render.py draws, progress.py keeps your progress (each command changes it once, in one `progress.update()`),
-rounds.py the mock rounds, drills.py the drills, jobs.py runs the checks and loops in child processes.
+rounds.py the mock rounds, drills.py the drills, jobs.py runs the checks, loop_run.py a loop in a child process.
 Your work lives in work/ (git-ignored) and is never overwritten without a timestamped backup.
 """
 import argparse
@@ -12,7 +12,6 @@ import math
 import os
 import re
 import sys
-import time
 from datetime import datetime
 from pathlib import Path
 
@@ -21,7 +20,8 @@ from rich.markup import escape
 from grpo_katas import UserError, drills, progress, render, rounds, yes_or_no
 from grpo_katas.catalogue import CODEBASES, COMPONENTS, TIERS, fixed_bug_ids, load_bugs, load_katas
 from grpo_katas.drills import find
-from grpo_katas.jobs import LoopRun, reference_run, run_args, run_checks
+from grpo_katas.jobs import reference_run, run_args, run_checks
+from grpo_katas.loop_run import LoopRun
 from grpo_katas.judge import sandbox
 from grpo_katas.progress import now, require_copy, shown, working_copy
 from grpo_katas.render import console, minutes

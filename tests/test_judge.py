@@ -219,7 +219,7 @@ def test_a_sandbox_s_whole_tree_is_capped_in_memory_and_tasks_where_a_cgroup_can
     could start processes until the machine had none. Where this machine lets the judge make a cgroup (root in CI),
     the tree is capped: the memory cap kills children, the task cap refuses a fork, the run says which it reached,
     and nothing of it is left when it ends."""
-    from grpo_katas.jobs import LoopRun
+    from grpo_katas.loop_run import LoopRun
     limits = sandbox.Limits(memory_gb=3.0, tasks=32)
     group = sandbox.Group(limits)
     group.close()

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from grpo_katas import symptoms
 from grpo_katas.catalogue import CODEBASES
-from grpo_katas.jobs import LoopRun
+from grpo_katas.loop_run import LoopRun
 from grpo_katas.judge.client import display
 
 RUN_CPU_S = 60.0   # CPU seconds a run may use, per rank (the reference's 40-step run: about 6 s, its start included)

@@ -7,7 +7,7 @@ STAMP   := $(VENV)/.installed
 export PYTHONWARNINGS := ignore:Failed to initialize NumPy
 
 VIA     := GRPO_KATAS_MAKE=1   # usage errors in the words of make's settings (STEPS=, not --steps)
-CLI     := $(VIA) $(PYTHON) -m grpo_katas.cli
+CLI     := $(VIA) $(PYTHON) -m grpo_katas.practice.cli
 
 # --- how a target ends ------------------------------------------------------------------------------------
 # A command's own last line says how it went (a check's verdict, "nothing changed", "interrupted"); make adds
@@ -121,7 +121,7 @@ DO_help = printf '%s\n' $(HELP)
 
 # 80 columns at most, one quoted line each
 HELP := \
- "Practice (each wraps python -m grpo_katas.cli; COMMAND --help says more):" \
+ "Practice (each wraps grpo_katas.practice.cli; COMMAND --help says more):" \
  "  make kata N=3        start here: the brief, and your copy in work/ (kept)" \
  "  make next            start the next kata you have not solved [TIER= CODEBASE=]" \
  "  make run N=3         train your copy: its output, a live table, the curves" \
@@ -147,7 +147,7 @@ HELP := \
  "  make mock-notes N=7  the interviewer's sheet: it gives the answers away" \
  "  make bundle N=7 OUT=dir  what a candidate gets: loop, brief, run.py, lab/" \
  "  make grade N=7 SUBMISSION=f OUT=dir [SEED=]  grade a fix in isolation" \
- "The reference trainer (python -m grpo_katas.trainer --help explains each):" \
+ "The reference trainer (grpo_katas.training.train --help explains each):" \
  "  make train           train the reference with a live display" \
  "       [TASK=sum] [STEPS=200] [SEED=0] [DEVICE=auto] [SET='beta=0.1']" \
  "       [OUT=runs/x] [RESUME=1] keep metrics, samples, checkpoints; continue" \
@@ -264,11 +264,11 @@ DO_stats = $(CLI) stats
 
 .do-verify: $(STAMP)
 	$(call do,verify)
-DO_verify = $(PYTHON) -m grpo_katas.verify $(if $(filter FRESH,$(GIVEN)),--fresh $(call q,FRESH))
+DO_verify = $(PYTHON) -m grpo_katas.proof.verify $(if $(filter FRESH,$(GIVEN)),--fresh $(call q,FRESH))
 
 .do-katas: $(STAMP)
 	$(call do,katas)
-DO_katas = $(PYTHON) -m grpo_katas.catalogue build
+DO_katas = $(PYTHON) -m grpo_katas.catalogue.katas build
 
 .do-mock: $(STAMP)
 	$(call do,mock)
@@ -288,11 +288,11 @@ DO_bundle = $(CLI) bundle -- $(call q,N) $(call q,OUT)
 
 .do-grade: $(STAMP)
 	$(call do,grade)
-DO_grade = $(PYTHON) -m grpo_katas.grade $(if $(SEED),--seed $(call q,SEED)) -- $(call q,N) $(call q,SUBMISSION) $(call q,OUT)
+DO_grade = $(PYTHON) -m grpo_katas.judge.grade $(if $(SEED),--seed $(call q,SEED)) -- $(call q,N) $(call q,SUBMISSION) $(call q,OUT)
 
 .do-train: $(STAMP)
 	$(call do,train)
-DO_train = $(VIA) $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(call q,TASK)) $(if $(STEPS),--steps $(call q,STEPS)) \
+DO_train = $(VIA) $(PYTHON) -m grpo_katas.training.train $(if $(TASK),--task $(call q,TASK)) $(if $(STEPS),--steps $(call q,STEPS)) \
 		$(if $(DEVICE),--device $(call q,DEVICE)) $(if $(SET),--set $(call qwords,SET)) $(if $(OUT),--out $(call q,OUT)) \
 		$(call switch,RESUME,--resume) $(call switch,COMPILE,--compile) $(if $(NPROC),--nproc $(call q,NPROC)) \
 		$(if $(MODEL),--hf-model $(call q,MODEL)) $(call switch,CHECKPOINTING,--gradient-checkpointing) \
@@ -301,12 +301,12 @@ DO_train = $(VIA) $(PYTHON) -m grpo_katas.trainer $(if $(TASK),--task $(call q,T
 
 .do-bench: $(STAMP)
 	$(call do,bench)
-DO_bench = $(PYTHON) -m grpo_katas.bench $(if $(DEVICE),--device $(call q,DEVICE)) \
+DO_bench = $(PYTHON) -m grpo_katas.training.bench $(if $(DEVICE),--device $(call q,DEVICE)) \
 		$(if $(MODEL),--hf-model $(call q,MODEL))
 
 .do-gpu-check: $(STAMP)
 	$(call do,gpu-check)
-DO_gpu-check = $(PYTHON) -m grpo_katas.gpu_check $(if $(MODEL),--hf-model $(call q,MODEL))
+DO_gpu-check = $(PYTHON) -m grpo_katas.training.gpu_check $(if $(MODEL),--hf-model $(call q,MODEL))
 
 # the files make reads, so that the rule below never takes them for a target
 Makefile pyproject.toml constraints.txt: ;

@@ -1,9 +1,19 @@
-"""grpo-katas tooling: the catalogue, the check runner, verification, the practice CLI, grading, the trainer."""
+"""grpo-katas tooling, in packages by concern, each a floor above the one before (tests/test_house.py keeps it so):
+
+    training/   a loop's run (the runner, its configuration) and the reference trainer, bench, gpu-check
+    catalogue/  the katas and bugs as data, drills read back, symptoms and the recorded runs
+    judge/      the checks against a file in a sandbox, the brief's run, grading
+    proof/      `make verify`: that the checks bite, and the static rules
+    practice/   the CLI: make kata, run, check, drill, mock ...
+
+This file holds what every floor shares: where things are, a user's error, a yes-or-no, a child's CPU time.
+"""
 import os
 import subprocess
 import sys
 import warnings
 from pathlib import Path
+
 
 # numpy is not a dependency; torch says so on import, once per process, and it means nothing here.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -12,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 REFERENCE = ROOT / "solutions" / "grpo.py"
 KATAS = ROOT / "katas"
 CHECKS = ROOT / "checks"
+WORK = ROOT / "work"   # your copies, progress, drills and rounds (git-ignored)
 
 
 def _interrupted(kind, value, tb, default=sys.excepthook):

@@ -9,7 +9,7 @@ report comes as it runs, the second's after it. Among them, tests/test_record.py
 under this CPU's kernel path and compares each table with the kata's recorded run digit for digit: a CPU whose
 digits differ is named, with the first row that differs.
 
-The proof's static tier (python -m grpo_katas.verify --tier static) applies the rules that need no run to every
+The proof's static tier (python -m grpo_katas.proof.verify --tier static) applies the rules that need no run to every
 planting and every kata (an edit still applies, no tell, no unused name, a kata is its codebase plus its bugs, every
 bug reachable, every kata recorded). It starts first, at a lower CPU priority, beside the tests, and its report
 follows the tests' and the checks' output. The exit status is that of the first of the three that failed, or 0.
@@ -28,8 +28,9 @@ import tempfile
 import time
 from pathlib import Path
 
+
 ROOT = Path(__file__).resolve().parent.parent
-PROOF = [sys.executable, "-m", "grpo_katas.verify", "--tier", "static"]
+PROOF = [sys.executable, "-m", "grpo_katas.proof.verify", "--tier", "static"]
 
 
 WORKERS = 2  # the tests wait on the processes they start much of the time: two side by side keep the cores busy

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+
 ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
 
 
@@ -25,7 +26,7 @@ def ours_raised(text: str) -> bool:
 
 
 def cli(repo, *args, stdin=subprocess.DEVNULL, env=None):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", *args], cwd=repo, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.practice.cli", *args], cwd=repo, capture_output=True, text=True,
                        stdin=stdin, timeout=300, env={**ENV, **(env or {})})
     assert not ours_raised(r.stdout + r.stderr), r.stdout + r.stderr
     return r.returncode, r.stdout + r.stderr
@@ -49,7 +50,7 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def interruptible(args, repo, module="grpo_katas.cli"):
+def interruptible(args, repo, module="grpo_katas.practice.cli"):
     """The CLI started as a user starts it in a terminal, for a test that presses Ctrl-C (SIGINT) on it."""
     return subprocess.Popen([sys.executable, "-m", module, *args], cwd=repo, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
@@ -72,7 +73,7 @@ def fake_venv(repo):
     (repo / ".venv" / ".installed").touch()
 
 
-def on_a_terminal(repo, args, until=None, module="grpo_katas.cli", command=None, keys=None, columns=None,
+def on_a_terminal(repo, args, until=None, module="grpo_katas.practice.cli", command=None, keys=None, columns=None,
                   env=None):
     """Run the CLI (or `module`, or the whole `command`: make ...) with a pseudo-terminal for its stdin, stdout and
     stderr, which is its controlling terminal (so that a typed Ctrl-C is SIGINT to its foreground group, as in a

@@ -4,8 +4,9 @@ import re
 from collections import Counter
 
 from grpo_katas import ROOT
-from grpo_katas.catalogue import (CODEBASES, COMPONENTS, TIERS, codebase_source, fixed_bugs, kata_source, load_bugs,
-                                  load_katas, plant)
+from grpo_katas.catalogue.katas import (CODEBASES, COMPONENTS, TIERS, codebase_source, fixed_bugs, kata_source,
+                                        load_bugs, load_katas, plant)
+
 
 BUGS, KATAS = load_bugs(), load_katas()
 
@@ -56,14 +57,14 @@ def test_nothing_in_a_kata_gives_a_bug_away():
 def test_a_codebase_s_own_tells_hold_in_that_codebase_only():
     """The trainer cites the KL-estimator blog where it explains its k3 term; verl's kl_penalty cites it over a
     switch of every estimator, which names none of them as the right one."""
-    from grpo_katas.catalogue import tells_in
+    from grpo_katas.catalogue.katas import tells_in
     bug, text = BUGS["kl-k1"], "See more description in http://joschu.net/blog/kl-approx.html"
     assert tells_in(text, [bug], "trainer") == [("kl-k1", "kl-approx")] and tells_in(text, [bug], "core") == []
     assert set(bug.tells) <= set(bug.tells_for("core"))
 
 
 def test_fixed_bugs_are_counted_by_the_checks_only_they_trip():
-    from grpo_katas.matrix import Verdict
+    from grpo_katas.judge.matrix import Verdict
     kata = next(k for k in KATAS if k.number == 18)
     still_broken = ["adv-tiled-groups", "kl-beta-hardcoded"]
     failing = set().union(*(BUGS[b].checks for b in still_broken))

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from grpo_katas import ROOT
-from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
+from grpo_katas.catalogue.katas import CODEBASES, find_kata, load_katas
 from tests.cli_helpers import ENV, cli, copy_of, interruptible, make, n_checks, on_a_terminal, ours_raised, plain, state
 
 
@@ -200,7 +200,8 @@ def make_targets() -> list:
 
 
 def test_every_command_and_flag_says_what_it_does_and_make_help_lists_every_target():
-    from grpo_katas import cli as practice, trainer
+    from grpo_katas.practice import cli as practice
+    from grpo_katas.training import train as trainer
     code, out = cli(ROOT, "--help")
     assert code == 0 and all(name in out for name in practice.COMMANDS)
     sub = next(a for a in practice.parser()._actions if isinstance(a, argparse._SubParsersAction))
@@ -241,7 +242,7 @@ def test_a_state_file_that_cannot_be_written_is_one_line_and_leaves_no_temporary
 
     def small_files():  # every write past 40 bytes fails (EFBIG), as on a full disk; stdout is a pipe
         resource.setrlimit(resource.RLIMIT_FSIZE, (40, 40))
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "hint", "1"], cwd=repo, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.practice.cli", "hint", "1"], cwd=repo, capture_output=True,
                        text=True, timeout=120, env=ENV, preexec_fn=small_files)
     assert r.returncode == 2 and r.stdout.startswith("error: cannot save your progress") and not r.stderr
     assert sorted(p.name for p in (repo / "work").iterdir()) == [".state.lock", "01-kl-creep", "state.json"]
@@ -295,7 +296,7 @@ def test_run_shows_only_the_columns_a_loop_reports_and_marks_values_that_are_not
 
 
 def test_a_data_parallel_run_is_a_row_per_rank_not_a_column_per_rank():
-    from grpo_katas.render import run_table
+    from grpo_katas.practice.render import run_table
     rows = [{"step": s, "reward_mean": 0.1 * s, "kl": 0.0, "reward_mean@1": 0.2 * s, "kl@1": 0.01} for s in (1, 2)]
     table = run_table(rows, "two ranks", width=80).renderables[-1]
     assert [c.header for c in table.columns] == ["step", "rank", "reward", "kl"] and table.row_count == 4
@@ -305,8 +306,8 @@ def test_a_data_parallel_run_is_a_row_per_rank_not_a_column_per_rank():
 def test_a_data_parallel_run_is_compared_by_its_mean_over_ranks_whichever_a_loop_logs():
     """A loop that logs the mean over ranks on every rank and one that logs each rank's own compare as the same
     quantity: the mean over ranks (rank 0's own reward differs from the mean, 0.4 against 0.5)."""
-    from grpo_katas.curves import summarize
-    from grpo_katas.render import over_ranks
+    from grpo_katas.practice.render import over_ranks
+    from grpo_katas.training.curves import summarize
     global_mean = [{"step": s, "reward_mean": 0.5, "reward_mean@1": 0.5, "kl": 0.1, "kl@1": 0.3} for s in (1, 2)]
     own = [{"step": s, "reward_mean": 0.4, "reward_mean@1": 0.6, "kl": 0.2, "kl@1": 0.2} for s in (1, 2)]
     assert summarize(over_ranks(global_mean)).last == summarize(over_ranks(own)).last == pytest.approx(0.5)
@@ -322,8 +323,9 @@ def test_the_run_table_fits_the_terminal_with_the_briefs_columns_first_and_names
     """Columns are dropped whole, never cut, the ones the brief cites last; the loop's own step time (the script
     codebase's dt) never makes a second time column."""
     from rich.console import Console
-    from grpo_katas.curves import RUN_COLUMNS
-    from grpo_katas.render import run_table
+
+    from grpo_katas.practice.render import run_table
+    from grpo_katas.training.curves import RUN_COLUMNS
     console = Console(width=width, record=True)
     console.print(run_table([ROW], "kata 14: work/14-timid-updates/grpo.py", width=width, cited=("adv_std", "kl")))
     lines = console.export_text().splitlines()
@@ -455,7 +457,7 @@ def test_a_start_time_that_is_not_a_time_is_set_aside_and_two_in_one_second_are_
 
 def test_two_commands_changing_progress_at_once_lose_nothing(repo):
     """Each change is made on the state as it is under the lock: 2 x 40 changes at once give 80."""
-    script = ("from grpo_katas import progress\n"
+    script = ("from grpo_katas.practice import progress\n"
               "for _ in range(40):\n"
               "    with progress.update() as s:\n"
               "        s['katas'].setdefault('1', {'hints': 0})['hints'] += 1\n")
@@ -469,7 +471,7 @@ def test_two_commands_changing_progress_at_once_lose_nothing(repo):
 def test_hints_taken_while_a_check_runs_are_kept(repo):
     cli(repo, "kata", "1")
     shutil.copyfile(repo / "solutions" / "grpo.py", copy_of(repo))
-    check = subprocess.Popen([sys.executable, "-m", "grpo_katas.cli", "check", "1"], cwd=repo, env=ENV,
+    check = subprocess.Popen([sys.executable, "-m", "grpo_katas.practice.cli", "check", "1"], cwd=repo, env=ENV,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for _ in range(3):
         assert cli(repo, "hint", "1")[0] == 0
@@ -753,7 +755,8 @@ def test_a_corrupt_state_file_is_kept_and_the_records_that_parse_are_recovered(r
 
 def test_the_clock_counts_time_spent_and_a_pause_counts_at_most_the_idle_threshold():
     from datetime import datetime, timedelta, timezone
-    from grpo_katas import progress
+
+    from grpo_katas.practice import progress
     t0 = datetime(2024, 1, 1, tzinfo=timezone.utc)
     record = {"hints": 0, "started": t0.isoformat()}
     for minutes in (3, 5, 65, 66):  # commands at 3 and 5 min, then back after an hour away, then a minute more
@@ -816,7 +819,8 @@ def test_watch_on_a_terminal_offers_the_next_kata_and_n_starts_it(repo):
 def made_drill(repo, number=1, solved=False):
     """A drill in work/drills/dN as `make drill` files it (its recipe sealed), without drawing and proving one."""
     import json
-    from grpo_katas.drills import seal
+
+    from grpo_katas.practice.drills import seal
     folder = repo / "work" / "drills" / f"d{number}"
     folder.mkdir(parents=True)
     (folder / "grpo.py").write_text((repo / "solutions" / "codebases" / "core.py").read_text())
@@ -861,8 +865,9 @@ def test_a_solved_drill_shows_its_codebase_in_the_list(repo):
 @pytest.mark.parametrize("width", [80, 120])
 def test_stats_and_the_curves_fit_the_terminal_and_use_its_width(width):
     from rich.console import Console
-    from grpo_katas import render
-    from grpo_katas.catalogue import load_bugs
+
+    from grpo_katas.catalogue.katas import load_bugs
+    from grpo_katas.practice import render
     render.console = Console(width=width, record=True, highlight=False)
     rows = [("logprobs-temperature-after-softmax", 3, 2 / 3, 412, "2024-01-09T00:00:00+00:00", 2),
             ("adv-no-eps", 1, 1.0, 60, "2024-01-02T00:00:00+00:00", 1)]

@@ -19,8 +19,9 @@ import torch
 import torch.distributed as dist
 
 from grpo_katas import ROOT
-from grpo_katas.loader import load_target
+from grpo_katas.training.loader import load_target
 from lab import ModelConfig, TinyLM
+
 
 REFERENCE = load_target(ROOT / "solutions" / "grpo.py")
 CODEBASES = {name: load_target(ROOT / "solutions" / "codebases" / f"{name}.py") for name in ("trainer", "script", "core")}

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from checks.compare import Unshaped, at_least, close, matches, worst
-from grpo_katas import matrix
-from grpo_katas.catalogue import fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue.katas import fail_to_pass, find_kata, load_bugs
+from grpo_katas.judge import matrix
 
 
 @pytest.mark.parametrize("empty", [torch.empty(0), torch.empty(0, 4), torch.empty(3, 0)])

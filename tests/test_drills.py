@@ -8,9 +8,12 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from grpo_katas import drills, matrix
-from grpo_katas.catalogue import CODEBASES, codebase_source, load_bugs, plant
+from grpo_katas.catalogue import drawn
+from grpo_katas.catalogue.katas import CODEBASES, codebase_source, load_bugs, plant
+from grpo_katas.judge import matrix
+from grpo_katas.practice import drills
 from tests.cli_helpers import cli
+
 
 BUGS = load_bugs()
 
@@ -83,7 +86,7 @@ def test_a_drill_from_the_cli_is_a_kata_like_any_other_named_d1_everywhere(repo,
     folder = repo / "work" / "drills" / "d1"
     assert sorted(p.name for p in folder.iterdir()) == ["BRIEF.md", "drill.json", "grpo.py"]
     assert not list((repo / "work").rglob("d01*")) and "d01" not in out
-    recipe = drills.unseal(json.loads((folder / "drill.json").read_text())["sealed"])
+    recipe = drawn.unseal(json.loads((folder / "drill.json").read_text())["sealed"])
     beside = " ".join(p.read_text() for p in [*folder.iterdir(), repo / "work" / "d1-drill" / "grpo.py"]
                       if p.name != "grpo.py")
     for answer in (*recipe["bugs"], recipe["codebase"], *(h[:40] for h in recipe["hints"])):
@@ -96,7 +99,7 @@ def test_a_drill_from_the_cli_is_a_kata_like_any_other_named_d1_everywhere(repo,
                               "`make check N=d1`.")
     assert not any(c in brief.lower() for c in ("advantage", "sampler", "mask", "optimizer"))
     code, out = cli(repo, "drill", "--tier", "warm-up", "--seed", "3")
-    assert drills.unseal(json.loads((repo / "work" / "drills" / "d2" / "drill.json").read_text())["sealed"])["bugs"] \
+    assert drawn.unseal(json.loads((repo / "work" / "drills" / "d2" / "drill.json").read_text())["sealed"])["bugs"] \
         == recipe["bugs"]
     code, out = cli(repo, "check", "d1")
     assert code == 1 and "0 of 1 bugs fixed" in out
@@ -107,7 +110,7 @@ def test_a_drill_from_the_cli_is_a_kata_like_any_other_named_d1_everywhere(repo,
     assert code == 0 and recipe["bugs"][0][:10] in out
     code, out = cli(repo, "solution", "d1")
     assert code == 0 and f"drill d1: the {recipe['codebase']} codebase with {recipe['bugs'][0]}" in out
-    graded = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "d1", "work/d1-drill/grpo.py", str(tmp_path)],
+    graded = subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", "d1", "work/d1-drill/grpo.py", str(tmp_path)],
                             cwd=repo, capture_output=True, text=True, timeout=300)
     assert graded.returncode == 0 and "kata d1: RESOLVED_FULL" in graded.stdout, graded.stdout + graded.stderr
     assert cli(repo, "check", "d9")[0] == 2
@@ -128,7 +131,7 @@ def test_a_drill_state_of_the_wrong_shape_is_set_aside(repo):
 
 
 def test_drill_draws_are_refused_in_one_line(repo):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.cli", "drill", "--bugs", "9"], cwd=repo,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.practice.cli", "drill", "--bugs", "9"], cwd=repo,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "BUGS must be between 1 and 6" in r.stdout + r.stderr
 
@@ -136,7 +139,8 @@ def test_drill_draws_are_refused_in_one_line(repo):
 def test_a_file_rewritten_in_place_is_run_again(tmp_path, monkeypatch):
     """Drawing proves each try in the same file: a run cached by path gave every later try the first try's
     symptoms (none), and a scheduled draw then failed for minutes."""
-    from grpo_katas import loader, symptoms
+    from grpo_katas.catalogue import symptoms
+    from grpo_katas.training import loader
     runs = []
     monkeypatch.setattr(loader, "load_target", lambda path: path.read_text())
     monkeypatch.setattr(symptoms, "drive", lambda source, run, log: runs.append(source) or log({"loss": len(runs)}))
@@ -156,7 +160,7 @@ def test_every_drawn_bug_is_seen_in_the_run_under_its_probe_or_by_a_look(tmp_pat
     and the draw is refused."""
     from pathlib import Path
 
-    from grpo_katas import symptoms
+    from grpo_katas.catalogue import symptoms
     chosen = ["adv-biased-std", "kl-beta-hardcoded", "logprobs-off-by-one", "sampling-with-grad"]
     path = tmp_path / "grpo.py"
     path.write_text(plant(codebase_source("paper"), [BUGS[b] for b in chosen], "paper"))
@@ -200,8 +204,8 @@ def test_a_drill_holding_an_option_bug_runs_under_that_option(repo, monkeypatch)
     code, out = cli(repo, "drill", "--tier", "frontier", "--seed", "7")
     folder = repo / "work" / "drills" / "d1"
     meta = json.loads((folder / "drill.json").read_text())
-    recipe = drills.unseal(meta["sealed"])
+    recipe = drawn.unseal(meta["sealed"])
     assert code == 0, out
     assert meta["set"] == drills.settings_for(recipe["bugs"]) != {}, recipe["bugs"]
-    monkeypatch.setattr(drills, "DRILLS", repo / "work" / "drills")
-    assert drills.load("d1").run["set"] == meta["set"]
+    monkeypatch.setattr(drawn, "DRILLS", repo / "work" / "drills")
+    assert drawn.load("d1").run["set"] == meta["set"]

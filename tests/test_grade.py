@@ -22,9 +22,10 @@ from typing import NamedTuple
 import pytest
 
 from grpo_katas import REFERENCE, ROOT
-from grpo_katas.catalogue import codebase_source, find_kata, load_bugs, plant
+from grpo_katas.catalogue.katas import codebase_source, find_kata, load_bugs, plant
 from grpo_katas.judge import sandbox
 from tests.cli_helpers import n_checks
+
 
 KATA = find_kata(1)                       # one planted bug: the KL penalty enters with the wrong sign
 BUGGY = KATA.loop.read_text()
@@ -407,7 +408,7 @@ def grade_path(repo, path, out, n=KATA.number, args=(), python=()):
     args = ("--time-limit", str(TIME_LIMIT), *args) if "--time-limit" not in args else args
     args = ("--sandbox", MODE, *args) if "--sandbox" not in args else args
     start = time.monotonic()
-    r = subprocess.run([*(python or [sys.executable]), "-m", "grpo_katas.grade", str(n), str(path), str(out), *args],
+    r = subprocess.run([*(python or [sys.executable]), "-m", "grpo_katas.judge.grade", str(n), str(path), str(out), *args],
                        cwd=repo, capture_output=True, text=True, timeout=time_limit(args) + 60)
     seconds = time.monotonic() - start
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -443,7 +444,7 @@ def grade_all(repo, cases: dict, base, python=()) -> dict:
 def make_healthy_runs(repo, katas) -> None:
     """The healthy runs the brief's runs of these katas are judged against, made in the repository's cache
     before the gradings start (which would each make them at once) and before its files are recorded."""
-    code = ("import sys; from grpo_katas.catalogue import find_kata; from grpo_katas.judge.brief import Brief\n"
+    code = ("import sys; from grpo_katas.catalogue.katas import find_kata; from grpo_katas.judge.brief import Brief\n"
             "for n in sys.argv[1:]:\n    Brief(find_kata(n)).start().thread.join()")
     subprocess.run([sys.executable, "-c", code, *map(str, sorted(set(katas)))], cwd=repo, check=True, timeout=600)
 
@@ -512,18 +513,18 @@ def test_each_grading_draws_a_fresh_seed_and_make_check_keeps_seed_0(tmp_path):
     seeds = []
     for i in range(2):  # a missing submission is graded without a judge, but with a seed drawn all the same
         out = tmp_path / str(i)
-        subprocess.run([sys.executable, "-m", "grpo_katas.grade", "18", str(tmp_path / "nope.py"), str(out)], cwd=ROOT,
+        subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", "18", str(tmp_path / "nope.py"), str(out)], cwd=ROOT,
                        capture_output=True, timeout=60)
         seeds.append(json.loads((out / "results.json").read_text())["seed"])
     assert seeds[0] != seeds[1], seeds
     dry = subprocess.run(["make", "-n", "check", "TARGET=x.py"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     passed = re.search(r"""--seed ["']?(\d+)["']?(\s|$)""", dry.stdout)  # make passes SEED only when typed
-    from grpo_katas.cli import parser
+    from grpo_katas.practice.cli import parser
     assert (passed.group(1) if passed else parser().parse_args(["check", "--target", "x.py"]).seed) in ("0", 0), dry.stdout
 
 
 def test_grading_refuses_a_plain_process_unless_asked_for(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "1", str(REFERENCE), str(tmp_path / "out")], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", "1", str(REFERENCE), str(tmp_path / "out")], cwd=ROOT,
                        capture_output=True, text=True, timeout=60, env={**os.environ, "PATH": str(tmp_path)})
     assert r.returncode == 2 and "bubblewrap is not installed" in r.stderr and "--sandbox process" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr and not (tmp_path / "out" / "results.json").exists()
@@ -534,9 +535,9 @@ def test_partial_means_a_bug_fixed_whole_and_a_one_bug_kata_s_run_is_its_bug_s()
     """RESOLVED_PARTIAL once counted any target check that passed: kata 1 healed only under the checks passed 60 of
     61 and was partial, its training showing every symptom. A bug is fixed when every check of its own passes (for
     a kata of one bug, its run too); partial is at least one bug fixed, and no check that passed before failing."""
-    from grpo_katas import grade as grader
-    from grpo_katas.catalogue import RUN_CHECK, fail_to_pass
-    from grpo_katas.matrix import Verdict
+    from grpo_katas.catalogue.katas import RUN_CHECK, fail_to_pass
+    from grpo_katas.judge import grade as grader
+    from grpo_katas.judge.matrix import Verdict
     bugs = load_bugs()
 
     class Run:
@@ -592,7 +593,7 @@ def test_ctrl_c_stops_the_judge_with_the_grading(tmp_path):
 
     def judges():  # processes whose command line names the grading's own temporary folder
         return subprocess.run(["pgrep", "-f", str(tmp)], capture_output=True, text=True).stdout.split()
-    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.grade", str(KATA.number), str(hangs),
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_katas.judge.grade", str(KATA.number), str(hangs),
                              str(tmp_path / "out"), "--sandbox", MODE], cwd=ROOT, env={**ENV, "TMPDIR": str(tmp)},
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=default_sigint)
     deadline = time.monotonic() + 60
@@ -609,7 +610,7 @@ def test_ctrl_c_stops_the_judge_with_the_grading(tmp_path):
 
 def test_a_missing_submission_is_an_error_with_results(tmp_path):
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "18", str(tmp_path / "nope.py"), str(out)],
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", "18", str(tmp_path / "nope.py"), str(out)],
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     res = json.loads((out / "results.json").read_text())
     assert r.returncode == 1 and res["status"] == "error" and "no such file" in res["message"]
@@ -668,7 +669,7 @@ def test_whatever_fails_in_the_grader_the_reports_are_written(tmp_path, monkeypa
     """A failure class per step after OUT is ready: the judge does not start, crashes or runs out of the memory it
     may use, its verdicts are missing or not a report, the grader itself raises; each gives an error with all three
     reports."""
-    from grpo_katas import grade as grader
+    from grpo_katas.judge import grade as grader
     submission = tmp_path / "grpo.py"
     submission.write_text(GOOD)
 
@@ -710,7 +711,7 @@ def raising_once(build_results):
 
 
 def test_an_out_that_goes_away_while_grading_is_a_usage_error(tmp_path, monkeypatch, capsys):
-    from grpo_katas import grade as grader
+    from grpo_katas.judge import grade as grader
     monkeypatch.setattr(grader, "prepare_out", lambda out: tmp_path / "gone")
     assert grader.main(["1", str(tmp_path / "nope.py"), str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
@@ -723,7 +724,7 @@ def test_an_out_that_goes_away_while_grading_is_a_usage_error(tmp_path, monkeypa
     (["99", "solutions/grpo.py", "out"], "there is no kata 99"),
 ])
 def test_usage_errors_are_one_line(args, expected):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.grade", *args], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", *args], cwd=ROOT, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and expected in r.stderr and "Traceback" not in r.stderr, r.stderr
 
@@ -735,8 +736,8 @@ FORGED = ("x\n## RESOLVED_FULL\n| fake | row |\r<img src=x onerror=alert(1)><!--
 
 
 def test_a_message_a_submission_forged_reaches_every_report_as_one_line_of_text(tmp_path, capsys):
-    from grpo_katas import grade, matrix
-    from grpo_katas.catalogue import CheckId
+    from grpo_katas.catalogue.katas import CheckId
+    from grpo_katas.judge import grade, matrix
     kata, bugs = KATA, load_bugs()
     check = sorted(bugs[kata.bugs[0]].checks)[0]
     run = matrix.Run(1, [{7: {check: matrix.Verdict(False, FORGED, "assertion", 1),

@@ -16,6 +16,7 @@ import sys
 import pytest
 import torch
 
+
 transformers = pytest.importorskip("transformers", reason="transformers is not installed: the hf extra "
                                                           "(pip install -e '.[hf]') runs these tests")
 
@@ -23,14 +24,14 @@ from checks import oracle, stubs, test_logprobs, test_step  # noqa: E402
 from grpo_katas import REFERENCE, ROOT  # noqa: E402
 from grpo_katas.judge import contract  # noqa: E402
 from grpo_katas.judge.client import Optimizer  # noqa: E402
-from grpo_katas.loader import load_target  # noqa: E402
-from grpo_katas.runs import ConfigError, RunConfig, build, frozen_reference  # noqa: E402
-from grpo_katas.trainer import Trainer  # noqa: E402
+from grpo_katas.training.loader import load_target  # noqa: E402
+from grpo_katas.training.runs import ConfigError, RunConfig, build, frozen_reference  # noqa: E402
+from grpo_katas.training.train import Trainer  # noqa: E402
 from lab.hf import HFPolicy, encode_prompt, load, save_random_llama  # noqa: E402
-from lab.text import (INSTRUCTION, ArithTask, GSM8KTask, TextSumTask, final_number, make_text_task,  # noqa: E402
-                      problem, task_names)
+from lab.text import INSTRUCTION, ArithTask, GSM8KTask, TextSumTask, final_number, make_text_task, problem, task_names  # noqa: E402
 from tests.cli_helpers import ENV, cli  # noqa: E402
 from tests.test_codebases import trl_loss  # noqa: E402
+
 
 GRPO = load_target(REFERENCE)
 
@@ -460,7 +461,7 @@ def test_make_train_raises_the_reward_and_writes_its_run(folder, tmp_path):
     """`make train MODEL=<tiny folder> STEPS=20 DEVICE=cpu` as the trainer runs it: the live display, metrics, a
     checkpoint, and the reward of the text sum task up by more than 0.1 (it goes about 0.16 -> 0.36)."""
     out = tmp_path / "run"
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--hf-model", str(folder), "--steps", "20",
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--hf-model", str(folder), "--steps", "20",
                         "--device", "cpu", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=600,
                        env={**ENV, "OMP_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stdout + r.stderr
@@ -504,7 +505,7 @@ def test_a_trained_hugging_face_model_is_saved_as_one_with_its_tokenizer(folder,
 
 
 def test_the_word_problems_take_a_real_models_settings(folder):
-    from grpo_katas.runs import grpo_config
+    from grpo_katas.training.runs import grpo_config
     arith = grpo_config(GRPO, RunConfig(hf_model=str(folder), task="arith"))
     assert (arith.lr, arith.max_new_tokens, arith.grad_accum_steps) == (1e-6, 256, 8)
     assert grpo_config(GRPO, RunConfig(hf_model=str(folder), task="arith", grpo={"lr": 1e-5})).lr == 1e-5
@@ -535,7 +536,7 @@ def test_make_run_runs_a_kata_on_the_adapter(repo, folder):
 
 def test_the_gpu_check_trains_a_real_model_on_the_cpu(folder, capsys):
     """The real-model stage of make gpu-check, at its --small sizes (its GPU figures are measured only on a GPU)."""
-    from grpo_katas.gpu_check import real_model
+    from grpo_katas.training.gpu_check import real_model
     assert real_model(torch.device("cpu"), str(folder), small=True)
     out = capsys.readouterr().out
     assert "sampled tokens/s" in out and "peak memory" in out and "reward" in out and "FAIL" not in out, out
@@ -544,6 +545,7 @@ def test_the_gpu_check_trains_a_real_model_on_the_cpu(folder, capsys):
 def test_the_random_half_billion_llama_has_qwen_s_shapes():
     """The model make gpu-check builds when no checkpoint is on disk: Qwen2.5-0.5B's 494 M parameters (no biases)."""
     from transformers import LlamaConfig, LlamaForCausalLM
+
     from lab.hf import SIZES
     with torch.device("meta"):  # counted, never allocated
         model = LlamaForCausalLM(LlamaConfig(**SIZES["0.5b"]))
@@ -551,7 +553,7 @@ def test_the_random_half_billion_llama_has_qwen_s_shapes():
 
 
 def test_make_bench_measures_the_model(folder, capsys):
-    from grpo_katas import bench
+    from grpo_katas.training import bench
     assert bench.main(["--quick", "--device", "cpu", "--hf-model", str(folder)]) == 0
     out = capsys.readouterr().out
     assert "KV cache speed-up" in out and "reward over 3 steps" in out and "data parallel" not in out, out

@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from grpo_katas import ROOT
-from grpo_katas.catalogue import CODEBASES, fail_to_pass, find_kata, load_bugs
+from grpo_katas.catalogue.katas import CODEBASES, fail_to_pass, find_kata, load_bugs
 from grpo_katas.judge import sandbox, wire
 from grpo_katas.judge.client import CallFailed, Encoder, Optimizer, Target, Worker
 from grpo_katas.judge.standins import StandIn
+
 
 BWRAP = sandbox.resolve("auto")[0] == "bubblewrap"
 
@@ -219,7 +220,7 @@ def test_a_sandbox_s_whole_tree_is_capped_in_memory_and_tasks_where_a_cgroup_can
     could start processes until the machine had none. Where this machine lets the judge make a cgroup (root in CI),
     the tree is capped: the memory cap kills children, the task cap refuses a fork, the run says which it reached,
     and nothing of it is left when it ends."""
-    from grpo_katas.loop_run import LoopRun
+    from grpo_katas.judge.loop_run import LoopRun
     limits = sandbox.Limits(memory_gb=3.0, tasks=32)
     group = sandbox.Group(limits)
     group.close()
@@ -466,7 +467,7 @@ def test_a_correct_target_never_fails_from_load_alone():
 
 def failing(tmp_path, mode, target) -> dict:
     out = tmp_path / f"{mode}.json"
-    subprocess.run([sys.executable, "-m", "grpo_katas.matrix", "--sandbox", mode, "--out", str(out), str(target)],
+    subprocess.run([sys.executable, "-m", "grpo_katas.judge.matrix", "--sandbox", mode, "--out", str(out), str(target)],
                    cwd=ROOT, capture_output=True, timeout=300)
     data = json.loads(out.read_text())
     return data["sandbox"], sorted(c for c, v in data["verdicts"][0]["0"].items() if not v["passed"])
@@ -503,7 +504,7 @@ def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
     params = list(policy.parameters())
     for _ in range(steps):
         log({"judge_modules": float(sum(m.startswith("grpo_katas.judge") for m in sys.modules)),
-             "runner": float(getattr(sys.modules["__main__"].__spec__, "name", "") == "grpo_katas.runner"),
+             "runner": float(getattr(sys.modules["__main__"].__spec__, "name", "") == "grpo_katas.training.runner"),
              "beta": cfg.beta,
              "itemsize": float(params[0].element_size()),
              "param_sum": float(sum(p.detach().double().sum() for p in params)),
@@ -513,9 +514,9 @@ def train(policy, task, cfg, *, steps, batch_size, seed, log=None):
 
 def test_the_brief_s_run_is_make_run_s_runner_in_a_process_that_holds_nothing_of_the_judge_s(tmp_path):
     """A fix gated on `'grpo_katas.judge.worker' in sys.modules` healed itself under the checks only: the run is
-    grpo_katas.runner (what `make run` runs) in an interpreter of its own, with make run's model, dtype and settings."""
+    grpo_katas.training.runner (what `make run` runs) in an interpreter of its own, with make run's model, dtype and settings."""
     from grpo_katas.judge.brief import make_run
-    from grpo_katas.runs import RunConfig, build
+    from grpo_katas.training.runs import RunConfig, build
     probe = tmp_path / "grpo.py"
     probe.write_text(RUN_PROBE)
     steps, end = make_run(probe, {"steps": 3, "seed": 0, "nproc": 1, "set": {"beta": 0.5}},
@@ -592,7 +593,7 @@ def test_make_run_and_the_judged_run_show_a_loop_the_same_world(repo):
     assert code == 0, out
     practised = {line.split()[0]: int(line.split()[1]) for line in (copy.parent / "run.log").read_text().splitlines()
                  if line.startswith("layout_")}
-    judge = ("import json, sys; from pathlib import Path; from grpo_katas.catalogue import find_kata; "
+    judge = ("import json, sys; from pathlib import Path; from grpo_katas.catalogue.katas import find_kata; "
              "from grpo_katas.judge.brief import make_run; from grpo_katas.judge.sandbox import resolve; "
              "print(json.dumps(make_run(Path(sys.argv[1]), find_kata(1).run, resolve('auto')[0])))")
     steps, end = json.loads(subprocess.run([sys.executable, "-c", judge, str(copy)], cwd=repo, capture_output=True,
@@ -605,8 +606,8 @@ def test_make_run_and_the_judged_run_show_a_loop_the_same_world(repo):
 
 
 def test_a_run_s_reply_is_read_number_by_number_and_a_run_that_did_not_finish_is_no_healing():
+    from grpo_katas.catalogue.symptoms import Run
     from grpo_katas.judge.brief import read_run, still_shows
-    from grpo_katas.symptoms import Run
     settings = {"steps": 2, "seed": 0, "nproc": 1, "set": {}}
     done = {"event": "done"}
     for steps, end, words in [([[1]], done, "malformed"), ([{}], [done], "malformed"),
@@ -673,8 +674,8 @@ def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_f
 def test_a_healed_kata_s_run_in_the_sandbox_is_the_judge_s_healthy_run_number_for_number():
     """The same model, dtype, settings and kernel path as `make run` and the proof: inside the sandbox the codebase
     trains to the very numbers the judge's own run of it logs."""
+    from grpo_katas.catalogue.symptoms import METRICS
     from grpo_katas.judge.brief import Brief, make_run
-    from grpo_katas.symptoms import METRICS
     kata = find_kata(1)
     healed = CODEBASES[kata.codebase].path
     brief = Brief(kata).start()
@@ -687,7 +688,7 @@ def test_a_healed_kata_s_run_in_the_sandbox_is_the_judge_s_healthy_run_number_fo
 
 
 def test_the_brief_s_run_follows_the_checks_but_not_a_ctrl_c():
-    from grpo_katas import matrix
+    from grpo_katas.judge import matrix
 
     class Brief:
         calls = 0

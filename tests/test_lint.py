@@ -1,9 +1,10 @@
-"""The linter rule (grpo_katas/lint.py): ruff's findings that a planting adds to its codebase are refused, those the
+"""The linter rule (grpo_katas/proof/lint.py): ruff's findings that a planting adds to its codebase are refused, those the
 codebase carries itself are not, and a proof without ruff fails in one line.
 
     .venv/bin/python -m pytest -q tests/test_lint.py
 """
-from grpo_katas import lint, verify
+from grpo_katas.proof import lint, verify
+
 
 HEALTHY = '''import copy
 

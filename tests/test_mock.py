@@ -1,7 +1,7 @@
 """Mock rounds, the interviewer's sheet, scorecards and the candidate bundle. Run: pytest tests/test_mock.py"""
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -10,7 +10,7 @@ from datetime import datetime
 
 import pytest
 
-from grpo_katas.catalogue import find_kata
+from grpo_katas.catalogue.katas import find_kata
 from tests.cli_helpers import ENV, cli, interruptible, make, n_checks, on_a_terminal
 
 
@@ -57,7 +57,7 @@ def test_scorecards_never_overwrite_each_other(repo):
 
 @pytest.mark.slow
 def test_a_round_that_fixed_every_bug_is_judged_as_make_check_judges_and_solves_the_kata(repo):
-    from grpo_katas.catalogue import CODEBASES
+    from grpo_katas.catalogue.katas import CODEBASES
     from tests.cli_helpers import copy_of
     start_round(repo, "1", "--minutes", "0.02")
     copy_of(repo, 1).write_text(CODEBASES[find_kata(1).codebase].path.read_text())
@@ -81,7 +81,7 @@ def test_the_interviewers_sheet_names_the_bugs_and_the_rubric(repo):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_the_bundle_runs_on_its_own_shows_what_its_brief_says_and_holds_no_answers(repo, tmp_path):
-    from grpo_katas.symptoms import run_loop
+    from grpo_katas.catalogue.symptoms import run_loop
     out_dir = tmp_path / "bundle"
     code, out = cli(repo, "bundle", "7", str(out_dir))
     assert code == 0
@@ -152,18 +152,18 @@ def test_a_bundle_inside_a_read_only_folder_is_one_line(repo, tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_grading_on_a_terminal_says_it_has_begun_before_the_checks_run(repo, tmp_path):
-    code, text = on_a_terminal(repo, ["7", "katas/07-flat-kl/grpo.py", str(tmp_path)], module="grpo_katas.grade")
+    code, text = on_a_terminal(repo, ["7", "katas/07-flat-kl/grpo.py", str(tmp_path)], module="grpo_katas.judge.grade")
     assert code == 1 and text.index("grading katas/07-flat-kl/grpo.py against kata 7") < text.index("RESOLVED_NO")
 
 
 def test_a_second_grading_into_the_same_out_keeps_the_first_reports(repo):
     """The reports already in OUT move to OUT/previous-<time>/ (as the grader says), never replaced."""
     out = repo / "graded"
-    first = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "7", "no-such-file.py", str(out), "--seed", "1"],
+    first = subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", "7", "no-such-file.py", str(out), "--seed", "1"],
                            cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
     assert first.returncode == 1 and not list(out.glob("previous-*"))
     before = {name: (out / name).read_bytes() for name in ("results.json", "junit.xml", "summary.md")}
-    second = subprocess.run([sys.executable, "-m", "grpo_katas.grade", "7", "no-such-file.py", str(out), "--seed", "2"],
+    second = subprocess.run([sys.executable, "-m", "grpo_katas.judge.grade", "7", "no-such-file.py", str(out), "--seed", "2"],
                             cwd=repo, capture_output=True, text=True, timeout=120, env=ENV)
     kept = list(out.glob("previous-*"))
     assert second.returncode == 1 and len(kept) == 1 and f"moved to {kept[0]}/" in second.stderr

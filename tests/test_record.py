@@ -1,4 +1,4 @@
-"""A kata's recorded run (katas/NN-slug/run.txt, grpo_katas/record.py) is what this machine prints: a kata of each
+"""A kata's recorded run (katas/NN-slug/run.txt, grpo_katas/catalogue/record.py) is what this machine prints: a kata of each
 codebase under this CPU's own kernel path (the one `make run` takes), and (slow: CI, beside its proof of every kata on
 every path) one kata under every kernel path the CPU has, each table compared with the record digit for digit. A CPU
 whose digits differ is named, with the first row that differs. Run: pytest tests/test_record.py"""
@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from grpo_katas import record
-from grpo_katas.catalogue import CODEBASES, load_katas
-from grpo_katas.symptoms import Store, cpu, kernel, supported
+from grpo_katas.catalogue import record
+from grpo_katas.catalogue.katas import CODEBASES, load_katas
+from grpo_katas.catalogue.symptoms import Store, cpu, kernel, supported
+
 
 KATAS = load_katas()
 

@@ -1,9 +1,10 @@
-"""The structural-tell rules of grpo_katas/structure.py bite on the shapes they name, and only on what a planting adds.
+"""The structural-tell rules of grpo_katas/proof/structure.py bite on the shapes they name, and only on what a planting adds.
 
     .venv/bin/python -m pytest -q tests/test_structure.py
 """
-from grpo_katas.catalogue import Bug
-from grpo_katas.structure import near_identical, planted_tokens, structural_tells
+from grpo_katas.catalogue.katas import Bug
+from grpo_katas.proof.structure import near_identical, planted_tokens, structural_tells
+
 
 LOOP = '''
 def generate(policy, ids, steps, eos_id, generator=None):
@@ -118,7 +119,7 @@ def test_near_identical_plantings_are_counted_per_pair_of_codebases():
 
 
 def test_a_kata_that_says_where_it_comes_from_is_refused():
-    from grpo_katas.verify import PROVENANCE
+    from grpo_katas.proof.verify import PROVENANCE
     for line in ["# style: karpathy/nanochat scripts/chat_rl.py", "python solutions/codebases/script.py",
                  "in the manner of volcengine/verl"]:
         assert PROVENANCE.search(f'"""A loop."""\n{line}\nimport torch\n'), line

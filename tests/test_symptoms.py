@@ -6,16 +6,18 @@ import re
 import subprocess
 import sys
 import tempfile
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
-from grpo_katas import ROOT, symptoms
-from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
-from grpo_katas.runs import PRACTICE_GRPO
-from grpo_katas.curves import digits
-from grpo_katas.symptoms import Store, check, needed, plan, quote, quotes, run_key, run_loop
+from grpo_katas import ROOT
+from grpo_katas.catalogue import symptoms
+from grpo_katas.catalogue.katas import CODEBASES, find_kata, load_katas
+from grpo_katas.catalogue.symptoms import Store, check, needed, plan, quote, quotes, run_key, run_loop
+from grpo_katas.training.curves import digits
+from grpo_katas.training.runs import PRACTICE_GRPO
+
 
 KATAS = load_katas()
 
@@ -27,7 +29,7 @@ def test_make_run_shows_the_run_the_symptoms_were_measured_on():
     kata = find_kata(14)
     settings = {**kata.run, "steps": 40}
     measured = [h["reward_mean"] for h in run_loop(kata.loop, settings).history]
-    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "grpo_katas.runner", str(kata.loop), "--steps", "40",
+    out = subprocess.run([sys.executable, "-W", "ignore", "-m", "grpo_katas.training.runner", str(kata.loop), "--steps", "40",
                           "--seed", str(kata.run["seed"]), "--set", *kata.settings],
                          cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
     shown = [e["reward_mean"] for e in map(json.loads, out.splitlines()) if e.get("event") == "step"]

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 from grpo_katas import REFERENCE, ROOT
-from grpo_katas.loader import load_target
-from grpo_katas.curves import summarize
-from grpo_katas.runs import RunConfig, drive, parse_overrides
-from grpo_katas.trainer import Trainer
+from grpo_katas.training.curves import summarize
+from grpo_katas.training.loader import load_target
+from grpo_katas.training.runs import RunConfig, drive, parse_overrides
+from grpo_katas.training.train import Trainer
 from lab import ModelConfig
 from tests.cli_helpers import ENV
+
 
 SMALL = dict(steps=4, batch_size=4, model=ModelConfig(d_model=16, n_layer=1, n_head=2), device="cpu",
              checkpoint_every=2, grpo={"group_size": 4})
@@ -52,8 +53,8 @@ def test_an_optional_setting_takes_a_value_or_none():
 
 def test_every_kata_s_run_settings_read_back_through_its_own_config():
     """make run hands a kata's [run] settings to the runner as KEY=VALUE words (is_cap=3.0 once failed there)."""
-    from grpo_katas.catalogue import load_katas
-    from grpo_katas.loader import load_target
+    from grpo_katas.catalogue.katas import load_katas
+    from grpo_katas.training.loader import load_target
     for kata in load_katas():
         config = load_target(kata.loop).GRPOConfig
         assert parse_overrides(kata.settings, config) == kata.run["set"], kata.name
@@ -111,28 +112,28 @@ def test_summarize_gives_window_means_and_the_step_a_target_is_reached():
 
 
 def test_two_steps_from_the_command_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--steps", "2", "--batch-size", "4",
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--steps", "2", "--batch-size", "4",
                         "--device", "cpu", "--set", "group_size=4", "beta=0.1", "--out", str(tmp_path)],
                        cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "reward" in r.stdout and (tmp_path / "metrics.jsonl").exists()
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["grpo"]["beta"] == 0.1 and config["grpo"]["num_iterations"] == 2
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--set", "betta=1"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--set", "betta=1"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and "unknown setting 'betta'" in r.stdout
 
 
 @pytest.mark.slow
 def test_the_gpu_check_script_runs_its_cpu_smoke_test():
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.gpu_check", "--device", "cpu", "--small"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.gpu_check", "--device", "cpu", "--small"], cwd=ROOT,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "gpu-check passed" in r.stdout and "FAIL" not in r.stdout, r.stdout + r.stderr
 
 
 @pytest.mark.parametrize("steps", ["0", "-5"])
 def test_a_step_count_below_one_is_refused_in_one_line(steps):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--steps", steps], cwd=ROOT, capture_output=True,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--steps", steps], cwd=ROOT, capture_output=True,
                        text=True, timeout=120, env=ENV)
     assert r.returncode == 2 and (r.stdout + r.stderr).strip() == f"error: --steps must be at least 1, got {steps}"
 
@@ -142,7 +143,7 @@ def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
     Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path).fit()
     ckpt = tmp_path / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--out", str(tmp_path), "--resume"], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--out", str(tmp_path), "--resume"], cwd=ROOT,
                        capture_output=True, text=True, timeout=120, env={**ENV, "COLUMNS": "400"})
     out = (r.stdout + r.stderr).strip()
     assert r.returncode == 2 and len(out.splitlines()) == 1 and str(ckpt) in out and "mv " in out, out
@@ -167,7 +168,7 @@ def test_a_folder_that_holds_a_run_without_a_checkpoint_says_how_to_start_again(
 
 
 def test_every_bench_stage_reports_its_progress(monkeypatch):
-    from grpo_katas import bench
+    from grpo_katas.training import bench
     seen = []
 
     def tick(stage):
@@ -187,7 +188,7 @@ def test_every_bench_stage_reports_its_progress(monkeypatch):
 @pytest.mark.plot
 def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
     pytest.importorskip("matplotlib")
-    from grpo_katas.curves import plot_png
+    from grpo_katas.training.curves import plot_png
     history = [{"step": i, "reward_mean": 0.1 * i, "kl": 0.01 * i, "grad_norm": 1.0} for i in range(1, 6)]
     assert plot_png({"yours": history, "reference": history[:3]}, tmp_path / "run.png", "a title")
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -200,7 +201,7 @@ def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
     ("is_cap=0", "of at least 1"), ("beta=-1", "0 or more"), ("grad_accum_steps=17", "to the batch size, 16")])
 def test_a_setting_that_cannot_work_is_refused_where_it_enters(setting, problem):
     """Each once crashed a run, hung it (group_size=100000) or was taken silently; now RunConfig refuses it."""
-    from grpo_katas.runs import ConfigError, flag_words
+    from grpo_katas.training.runs import ConfigError, flag_words
     key = setting.split("=")[0]
     with pytest.raises(ConfigError) as caught:
         RunConfig(grpo=parse_overrides([setting], load_target(REFERENCE).GRPOConfig))
@@ -211,7 +212,7 @@ def test_a_setting_that_cannot_work_is_refused_where_it_enters(setting, problem)
 
 
 def trainer(*args, env=None):
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", *args], cwd=ROOT, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", *args], cwd=ROOT, capture_output=True, text=True,
                        timeout=300, env={**ENV, "COLUMNS": "300", **(env or {})})
     assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
     return r.returncode, (r.stdout + r.stderr).strip()
@@ -259,9 +260,10 @@ def test_a_read_only_out_is_one_line(tmp_path):
 def test_ctrl_c_ends_the_run_after_its_step_with_a_checkpoint_that_resumes_it(tmp_path):
     import signal
     import time
+
     from tests.cli_helpers import interruptible
     out = tmp_path / "run"
-    proc = interruptible(["--steps", "500", "--out", str(out), *TINY], ROOT, module="grpo_katas.trainer")
+    proc = interruptible(["--steps", "500", "--out", str(out), *TINY], ROOT, module="grpo_katas.training.train")
     deadline = time.time() + 120
     while not (out / "metrics.jsonl").exists() and time.time() < deadline:
         time.sleep(0.2)
@@ -288,8 +290,10 @@ def test_a_nan_curve_shows_in_the_png(tmp_path, monkeypatch):
     still show, a dot where it was finite and an x on the panel's top edge where not, in its own colour."""
     pytest.importorskip("matplotlib")
     import math
+
     import matplotlib.pyplot as plt
-    from grpo_katas.curves import plot_png
+
+    from grpo_katas.training.curves import plot_png
     healthy = [{"step": i, "reward_mean": 0.1 * i, "kl": 0.01 * i, "grad_norm": 0.3} for i in range(1, 11)]
     broken = [{"step": 1, "reward_mean": 0.1, "kl": 0.0, "grad_norm": math.nan},
               {"step": 2, "reward_mean": math.nan, "kl": math.nan, "grad_norm": math.nan}]
@@ -306,7 +310,7 @@ def test_a_nan_curve_shows_in_the_png(tmp_path, monkeypatch):
 
 
 def test_a_run_stopped_at_once_says_truly_what_its_folder_keeps(tmp_path):
-    from grpo_katas.trainer import left_behind
+    from grpo_katas.training.train import left_behind
     (tmp_path / "config.json").write_text("{}")
     (tmp_path / "metrics.jsonl").write_text("")
     assert "left empty" in left_behind(tmp_path) and not any(tmp_path.iterdir())  # the next run may use it
@@ -324,7 +328,7 @@ def test_a_ctrl_c_before_a_command_is_ready_is_one_line_and_sigint():
 
 def test_a_mistake_in_the_flags_is_one_line_not_the_usage_first():
     code, said = trainer("--steps", "x")
-    assert code == 2 and said == ("error: argument --steps: invalid int value: 'x'; `python -m grpo_katas.trainer "
+    assert code == 2 and said == ("error: argument --steps: invalid int value: 'x'; `python -m grpo_katas.training.train "
                                   "--help` says more")
     code, said = trainer("--eval-every", "-1")
     assert code == 2 and said == "error: --eval-every must be at least 0, got -1"
@@ -334,7 +338,7 @@ def test_a_mistake_in_the_flags_is_one_line_not_the_usage_first():
 def test_the_progress_line_fits_the_terminal_and_does_not_wrap(tmp_path, width):
     from tests.cli_helpers import on_a_terminal, plain
     code, out = on_a_terminal(ROOT, ["--steps", "3", "--out", str(tmp_path / "run"), *TINY],
-                              module="grpo_katas.trainer", columns=width, env={"COLUMNS": str(width)})
+                              module="grpo_katas.training.train", columns=width, env={"COLUMNS": str(width)})
     lines = plain(out).splitlines()
     bar = [line for line in lines if re.match(r"step \d+/3 ", line)]
     assert code == 0 and bar and max(map(len, lines)) <= width, out
@@ -381,7 +385,8 @@ class FakeWriter:
 
 def test_metrics_go_to_tensorboard_where_it_is_installed(tmp_path, monkeypatch):
     import types
-    from grpo_katas.trainer import tensorboard_writer
+
+    from grpo_katas.training.train import tensorboard_writer
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", types.SimpleNamespace(SummaryWriter=FakeWriter))
     writer, note = tensorboard_writer(tmp_path / "tensorboard")
     assert isinstance(writer, FakeWriter) and note is None and writer.log_dir == str(tmp_path / "tensorboard")

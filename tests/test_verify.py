@@ -1,4 +1,4 @@
-"""The proof's two tiers and its cache (grpo_katas/verify.py): the full tier judges every planting and runs every
+"""The proof's two tiers and its cache (grpo_katas/proof/verify.py): the full tier judges every planting and runs every
 symptom, the static tier applies every rule that needs no run; verdicts are reused only under the key they were
 judged with, a key that covers every file the judge imports; a second run judges only what an edit changed.
 Run: pytest tests/test_verify.py"""
@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from grpo_katas import ROOT, verify
-from grpo_katas.catalogue import CheckId, fail_to_pass, load_bugs, load_katas
-from grpo_katas.matrix import Verdict
+from grpo_katas import ROOT
+from grpo_katas.catalogue.katas import CheckId, fail_to_pass, load_bugs, load_katas
+from grpo_katas.judge.matrix import Verdict
+from grpo_katas.proof import verify
 
 
 def fake_matrix(calls: list, troubled=()):
@@ -80,19 +81,19 @@ def test_the_key_changes_with_the_target_and_every_judge_file_and_nothing_else(r
     def key():
         return verify.VerdictCache(tmp_path, source=repo).key(repo / "katas" / "01-kl-creep" / "grpo.py")
     first = key()
-    for unrelated in ["README.md", "katas/bugs.toml", "grpo_katas/cli.py"]:
+    for unrelated in ["README.md", "katas/bugs.toml", "grpo_katas/practice/cli.py"]:
         (repo / unrelated).write_text((repo / unrelated).read_text() + "\n")
     assert key() == first
     seen = {first}
     for rel in ["katas/01-kl-creep/grpo.py", "checks/oracle.py", "lab/model.py", "grpo_katas/judge/wire.py",
-                "conftest.py", "grpo_katas/matrix.py"]:
+                "conftest.py", "grpo_katas/judge/matrix.py"]:
         (repo / rel).write_text((repo / rel).read_text() + "\n# edited\n")
         assert key() not in seen, rel
         seen.add(key())
 
 
 def test_the_judge_files_are_every_file_of_the_repository_the_judge_and_its_worker_import():
-    modules = ["conftest", "grpo_katas.matrix", "grpo_katas.judge.worker"]
+    modules = ["conftest", "grpo_katas.judge.matrix", "grpo_katas.judge.worker"]
     modules += [f"checks.{p.stem}" for p in sorted((ROOT / "checks").glob("*.py"))]
     code = (f"import importlib, sys\nfor m in {modules!r}: importlib.import_module(m)\n"
             "print('\\n'.join(str(getattr(m, '__file__', None)) for m in list(sys.modules.values())))")
@@ -108,7 +109,7 @@ def test_the_judge_files_are_every_file_of_the_repository_the_judge_and_its_work
 def test_after_an_edit_to_one_bugs_edit_a_second_proof_judges_only_that_target(repo):
     """The done-when of issue 21 in small: one codebase at one seed, then the same after one edit changed."""
     def proof():
-        r = subprocess.run([sys.executable, "-m", "grpo_katas.verify", "--seeds", "0", "--codebase", "core"],
+        r = subprocess.run([sys.executable, "-m", "grpo_katas.proof.verify", "--seeds", "0", "--codebase", "core"],
                            cwd=repo, capture_output=True, text=True, timeout=600)
         return next(line for line in r.stdout.splitlines() if "targets at seeds" in line)
     first = proof()

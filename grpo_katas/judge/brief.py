@@ -1,7 +1,7 @@
 """The brief's run as a check, `run::brief_symptoms_gone`: the file trains as `make run` trains it, and each symptom
 its brief cites must be gone from its run, unless the healthy codebase's own run shows it too.
 
-The rule is the proof's (grpo_katas/symptoms.py): `shows(kata, symptom, loop=file)` compares the file's run with
+The rule is the proof's (grpo_katas/catalogue/symptoms.py): `shows(kata, symptom, loop=file)` compares the file's run with
 the healthy codebase's under the kata's [run] settings (or the rerun a symptom names), and a healed bug's symptom
 does not show. A symptom the healthy codebase shows as well (the first step's reward, which no bug has moved yet)
 sets the scene of the brief, and is not asked to go. A run must also finish every step and log every number a
@@ -10,7 +10,7 @@ symptom reads as a finite number: a crash or a NaN is no healing.
 Where each run is made:
 - the file's runs (the brief's run in full, and each rerun a symptom compares with), each in a run's sandbox of its
   own that this process starts (sandbox.start_run, the worker's mode and limits, a CPU budget of RUN_CPU_S per
-  rank): `grpo_katas.runner` as `make run` starts it, with the same paths, environment, command line and channels,
+  rank): `grpo_katas.training.runner` as `make run` starts it, with the same paths, environment, command line and channels,
   and nothing of the judge's or of the worker's (which imported the file for the checks) within reach: a file
   that changes the worker at import, sets a variable there, or looks for the judge's files cannot reach the run.
   Each step's numbers and how the run ended are read here, from the run's own channel.
@@ -25,10 +25,11 @@ import tempfile
 import threading
 from pathlib import Path
 
-from grpo_katas import symptoms
-from grpo_katas.catalogue import CODEBASES
-from grpo_katas.loop_run import LoopRun
+from grpo_katas.catalogue import symptoms
+from grpo_katas.catalogue.katas import CODEBASES
 from grpo_katas.judge.client import display
+from grpo_katas.judge.loop_run import LoopRun
+
 
 RUN_CPU_S = 60.0   # CPU seconds a run may use, per rank (the reference's 40-step run: about 6 s, its start included)
 RUN_STEPS = 10_000  # steps kept from a run's events
@@ -222,7 +223,7 @@ def words(settings: dict) -> list:
 
 
 def runner_args(settings: dict) -> list:
-    """grpo_katas.runner's arguments for the run, as `make run` passes them (grpo_katas.jobs.run_args)."""
+    """grpo_katas.training.runner's arguments for the run, as `make run` passes them (grpo_katas.practice.jobs.run_args)."""
     return ["--steps", str(settings["steps"]), "--seed", str(settings["seed"]), "--nproc", str(settings["nproc"]),
             "--set", *words(settings)]
 

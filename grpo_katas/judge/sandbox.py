@@ -1,7 +1,7 @@
 """How the worker and a loop's runs are started, limited, measured and stopped.
 
 Two sandboxes share these modes and limits: the worker's (the checks' calls) and the run's (a loop trained by
-grpo_katas.runner: `make run`, and the brief's run the judge makes; `start_run`). A run's sandbox holds the
+grpo_katas.training.runner: `make run`, and the brief's run the judge makes; `start_run`). A run's sandbox holds the
 runner and the lab, never the judge's files, and is the same for `make run` and the judge: the same paths, cwd,
 environment, limits, command line and file descriptors, so nothing a loop can look at tells a judged run from a
 practice run.
@@ -46,16 +46,18 @@ from pathlib import Path
 
 from grpo_katas import ROOT
 
+
 WORKER_FILES = ["grpo_katas/__init__.py", "grpo_katas/judge/__init__.py", "grpo_katas/judge/wire.py",
                 "grpo_katas/judge/standins.py", "grpo_katas/judge/worker.py"]
 INSIDE = Path("/judge")          # where lab/ and the worker's files appear inside the sandbox
 # a run's sandbox: the runner and what it imports, under RUN_ROOT; the loop file as LOOP/its own name
-RUN_FILES = ["grpo_katas/__init__.py", "grpo_katas/runner.py", "grpo_katas/runs.py", "grpo_katas/loader.py"]
+RUN_FILES = ["grpo_katas/__init__.py", "grpo_katas/training/__init__.py", "grpo_katas/training/runner.py",
+             "grpo_katas/training/runs.py", "grpo_katas/training/loader.py"]
 RUN_ROOT, LOOP = Path("/grpo-katas"), Path("/loop")
 RUN_FDS = (3, 4, 5)   # a run's events, the caller's answers and the stacks it dumps, at these numbers in every run
 LOOP_FD = 6           # the loop file, open for bubblewrap to copy into the sandbox (it closes it)
 RUNNER = ("import runpy, sys; sys.path.insert(0, {root!r}); "
-          "runpy.run_module('grpo_katas.runner', run_name='__main__', alter_sys=True)")
+          "runpy.run_module('grpo_katas.training.runner', run_name='__main__', alter_sys=True)")
 TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
 # the device nodes the worker opens (strace of a check run, distributed calls and the brief's run included): Python
@@ -172,7 +174,7 @@ def run_path(mode: str, path: Path) -> str:
 
 
 def run_command(mode: str, path: Path, runner_args: list, limits: Limits) -> list:
-    """grpo_katas.runner on the loop file at `path`, in a run's sandbox: the runner's files and lab/ under RUN_ROOT
+    """grpo_katas.training.runner on the loop file at `path`, in a run's sandbox: the runner's files and lab/ under RUN_ROOT
     and the file as LOOP/its name, all read-only, cwd an empty /tmp; its channels at RUN_FDS (see start_run). The
     file is a copy that bubblewrap writes into the sandbox's root from LOOP_FD, not a bind of it: a bind shows
     where it came from in /proc/self/mountinfo (bubblewrap's own --ro-bind-data, a random name), and a loop that

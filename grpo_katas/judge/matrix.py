@@ -1,6 +1,6 @@
 """Run the hidden checks against one or many targets and seeds, and record a verdict per target, seed and check.
 
-    python -m grpo_katas.matrix --seed 0 --seed 1 --out results.json target.py [target.py ...]
+    python -m grpo_katas.judge.matrix --seed 0 --seed 1 --out results.json target.py [target.py ...]
 
 pytest runs in this process (the judge): the targets are imported by a worker process only (conftest.py,
 grpo_katas/judge). A check passes only on evidence: every one of its test items (its draws) for that target and
@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 from grpo_katas import CHECKS, ROOT
-from grpo_katas.catalogue import RUN_CHECK, CheckId
+from grpo_katas.catalogue.katas import RUN_CHECK, CheckId
+
 
 MESSAGE_CHARS = 2000
 
@@ -195,9 +196,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     kata = None
     if args.kata is not None:
-        from grpo_katas import drills
-        from grpo_katas.catalogue import find_kata
-        kata = drills.load(args.kata) if drills.is_drill(args.kata) else find_kata(args.kata)
+        from grpo_katas.catalogue import drawn
+        from grpo_katas.catalogue.katas import find_kata
+        kata = drawn.load(args.kata) if drawn.is_drill(args.kata) else find_kata(args.kata)
     r = run(args.targets, args.seed or [0], sandbox=args.sandbox, memory_gb=args.memory_gb,
             time_limit=args.time_limit, deadline=args.deadline, kata=kata)
     Path(args.out).write_text(json.dumps(report(r, args.targets)))

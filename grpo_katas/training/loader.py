@@ -9,6 +9,7 @@ import sys
 import traceback
 from pathlib import Path
 
+
 IMPORT_TIMEOUT_S = int(os.environ.get("GRPO_KATAS_IMPORT_TIMEOUT", "30"))
 
 

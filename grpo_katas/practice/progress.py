@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grpo_katas import ROOT, UserError
+from grpo_katas import ROOT, WORK, UserError
 
-WORK = ROOT / "work"
+
 LOCK_SECONDS = 30  # waiting longer than this for another command's change means it is stuck (Ctrl-Z?)
 IDLE_SECONDS = 600  # a gap between two signs of work longer than this counts as this long: time away is not spent
 log = logging.getLogger(__name__)

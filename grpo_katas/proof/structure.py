@@ -17,7 +17,7 @@ and a reader's tells, what the words and statements around a planted line say ag
   - a dropped result: a statement that calls a pure function of tensors (x.div(t), x.clamp(...), x.masked_fill(...),
     torch.exp(...)) and keeps nothing of its value, which the codebase does not have.
 
-    python -m grpo_katas.structure                    # every planting's structural tells, and the near-identical
+    python -m grpo_katas.proof.structure                    # every planting's structural tells, and the near-identical
                                                       # plantings of one bug across codebases
 """
 import ast
@@ -29,6 +29,7 @@ import itertools
 import re
 import sys
 import tokenize
+
 
 INPLACE = re.compile(r"^[a-z][a-z0-9_]*_$")           # torch's in-place methods: add_, masked_fill_, copy_
 MUTATORS = {"append", "extend", "update", "insert", "pop", "setdefault", "clear", "remove", "add"}
@@ -334,7 +335,7 @@ def _tokens(source: str) -> list:
 def near_identical(bugs, sources: dict = None, threshold: float = 0.8) -> tuple:
     """([(bug, codebase a, codebase b, similarity)], pairs compared): plantings of one bug in two codebases whose
     planted tokens are near-identical (difflib's ratio at or above the threshold), so knowing one is knowing both."""
-    from grpo_katas.catalogue import codebase_source, plant
+    from grpo_katas.catalogue.katas import codebase_source, plant
     sources, found, pairs = dict(sources or {}), [], 0
     for bug in bugs.values():
         planted = {}
@@ -353,7 +354,7 @@ def near_identical(bugs, sources: dict = None, threshold: float = 0.8) -> tuple:
 
 
 def main() -> int:
-    from grpo_katas.catalogue import codebase_source, load_bugs, plant
+    from grpo_katas.catalogue.katas import codebase_source, load_bugs, plant
     bugs = load_bugs()
     count = 0
     for bug in bugs.values():

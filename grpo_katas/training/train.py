@@ -1,8 +1,8 @@
 """`make train`: the reference GRPO loop as a trainer you would run.
 
-    python -m grpo_katas.trainer [--task sum] [--steps 200] [--device auto|cpu|cuda] [--set beta=0.1 ...]
+    python -m grpo_katas.training.train [--task sum] [--steps 200] [--device auto|cpu|cuda] [--set beta=0.1 ...]
                                  [--out runs/x] [--resume] [--compile] [--nproc 2] [--eval-every K] [--samples N]
-    torchrun --nproc_per_node 2 -m grpo_katas.trainer ...    (what --nproc 2 runs)
+    torchrun --nproc_per_node 2 -m grpo_katas.training.train ...    (what --nproc 2 runs)
 
 Data-parallel under torchrun (gloo on the CPU, NCCL on CUDA, one GPU per rank): every rank draws its own
 prompts and samples its own groups (seed + rank), computes advantages on them, and updates through
@@ -38,10 +38,10 @@ from pathlib import Path
 import torch
 
 from grpo_katas import REFERENCE, yes_or_no
-from grpo_katas.curves import PLOT_HINT, plot_png, summarize
-from grpo_katas.loader import load_target
-from grpo_katas.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, flag_words, frozen_reference,
-                             grpo_config, parse_overrides, resolve_device)
+from grpo_katas.training.curves import PLOT_HINT, plot_png, summarize
+from grpo_katas.training.loader import load_target
+from grpo_katas.training.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, flag_words,
+                                      frozen_reference, grpo_config, parse_overrides, resolve_device)
 from lab import ModelConfig
 
 
@@ -380,7 +380,7 @@ class Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m grpo_katas.trainer",
+    p = Parser(prog="python -m grpo_katas.training.train",
                description="train the reference GRPO loop on a lab task, with a live display")
     practice = " ".join(f"{k}={v}" for k, v in PRACTICE_GRPO.items())
     for f in dataclasses.fields(RunConfig):
@@ -431,7 +431,7 @@ def launch_ranks(nproc: int, argv: list) -> int:
         if not skip:
             rest.append(word)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-           "-m", "grpo_katas.trainer", *rest]
+           "-m", "grpo_katas.training.train", *rest]
     # Ctrl-C reaches this process alone (torchrun gets a session of its own, and would report the signal with a
     # traceback): the first asks the ranks, through a file they look for after each step, to stop with a
     # checkpoint; a second ends torchrun and its ranks at once.

@@ -23,11 +23,11 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from grpo_katas.catalogue import CHECK_COMPONENTS
-from grpo_katas.curves import (CURVES, NOT_FINITE, PLOT_HINT, by_rank, cell, curves_for, plot_png, series, shared_range,
-                               sparkline, table_columns,
-                               summarize)
-from grpo_katas.progress import shown
+from grpo_katas.catalogue.katas import CHECK_COMPONENTS
+from grpo_katas.practice.progress import shown
+from grpo_katas.training.curves import (CURVES, NOT_FINITE, PLOT_HINT, by_rank, cell, curves_for, plot_png, series,
+                                        shared_range, sparkline, summarize, table_columns)
+
 
 console = Console(highlight=False)
 

@@ -1,4 +1,4 @@
-"""A loop file trained by grpo_katas.runner in a child process, watched from this one: what it prints, its events,
+"""A loop file trained by grpo_katas.training.runner in a child process, watched from this one: what it prints, its events,
 a step that takes long (where it is, from its stack), one over its budget stopped, Ctrl-C passed on, and the caps
 its sandbox ran into. `make run` trains a candidate's copy with it, and the judge the brief's run, in the same run
 sandbox (grpo_katas/judge/sandbox.py, start_run); a trusted codebase, or a real model, in a plain child."""
@@ -55,7 +55,7 @@ class Lines:
 
 
 class LoopRun:
-    """A loop file trained by grpo_katas.runner in a fresh process. Iterate it for what happens, in order:
+    """A loop file trained by grpo_katas.training.runner in a fresh process. Iterate it for what happens, in order:
     ("output", line) for each line the loop prints (stdout and stderr, interleaved as a terminal shows them),
     ("event", dict) for each of the runner's events, which come on a pipe of their own, and ("alive", Alive) about
     once a second while a step takes longer than that. The runner waits for an answer on a third pipe after each
@@ -109,7 +109,7 @@ class LoopRun:
             return sandbox.start_run(self.sandbox, self.path, self.runner_args, channels, self.limits, **pipes)
         events, acks, stacks = channels
         env = {**python_env(), "PYTHONUNBUFFERED": "1"}  # a print reaches us before the step it belongs to ends
-        return subprocess.Popen([sys.executable, "-m", "grpo_katas.runner", str(self.path), *self.runner_args,
+        return subprocess.Popen([sys.executable, "-m", "grpo_katas.training.runner", str(self.path), *self.runner_args,
                                  "--events-fd", str(events), "--ack-fd", str(acks), "--stack-fd", str(stacks)],
                                 cwd=ROOT, env=env, pass_fds=channels, **pipes), None
 

@@ -16,9 +16,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from grpo_katas import ROOT, UserError, progress
-from grpo_katas.catalogue import fixed_bugs, load_bugs, load_katas
-from grpo_katas.progress import WORK, cannot_write, hints_counted, now, record_of
+from grpo_katas import ROOT, UserError
+from grpo_katas.catalogue.katas import fixed_bugs, load_bugs, load_katas
+from grpo_katas.practice import progress
+from grpo_katas.practice.progress import WORK, cannot_write, hints_counted, now, record_of
+
 
 RUBRIC = [
     ("hypothesis", "states what the symptom implies before touching code"),
@@ -145,7 +147,7 @@ def write_bundle(kata, out: str | None) -> Path:
     if not out:
         raise UserError("OUT is required: a new (or empty) folder for the bundle, e.g. `make bundle N=7 OUT=round7`")
     out = Path(out)
-    runner = (ROOT / "grpo_katas" / "bundle_run.py").read_text()
+    runner = (ROOT / "grpo_katas" / "training" / "bundle_run.py").read_text()
     the_run = {k: kata.run[k] for k in ("steps", "seed", "nproc", "set")}
     runner = re.sub(r"^RUN = \{.*?\}(?=  #)", lambda m: f"RUN = {the_run!r}", runner, count=1, flags=re.MULTILINE)
     try:

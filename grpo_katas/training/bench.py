@@ -14,8 +14,8 @@ total, note)` callable; main() draws it as a rich progress display, one bar per 
 With --hf-model (make bench MODEL=...) stages 1-4 measure that Hugging Face model instead, on --task (stage 2 then
 trains one seed for 20 steps and reports where the reward went); stages 5 and 6 are the lab's and are skipped.
 """
-import dataclasses
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -24,9 +24,9 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from grpo_katas.curves import summarize
-from grpo_katas.runs import RunConfig, lab_dtype
-from grpo_katas.trainer import Trainer
+from grpo_katas.training.curves import summarize
+from grpo_katas.training.runs import RunConfig, lab_dtype
+from grpo_katas.training.train import Trainer
 from lab import ModelConfig, TinyLM
 
 
@@ -150,8 +150,8 @@ def peak_memory_of_a_step(t: Trainer) -> str:
 def bench_ranks(steps: int, tick=no_progress) -> dict:
     """{ranks: rollouts per second} of the reference's train on 1 and 2 gloo ranks (CPU), each rank its own batch."""
     from grpo_katas import REFERENCE
-    from grpo_katas.loader import load_target
-    from grpo_katas.runs import drive, drive_ranks
+    from grpo_katas.training.loader import load_target
+    from grpo_katas.training.runs import drive, drive_ranks
     out = {}
     for i, nproc in enumerate((1, 2)):
         run = RunConfig(steps=steps, device="cpu", nproc=nproc)
@@ -167,6 +167,7 @@ def bench_ranks(steps: int, tick=no_progress) -> dict:
 def bench_judge(repeats: int = 3, tick=no_progress) -> tuple:
     """(median seconds of a bare `import torch, pytest`, median seconds of a check run of the reference)."""
     import subprocess
+
     from grpo_katas import REFERENCE, ROOT
     commands = [[sys.executable, "-c", "import torch, pytest"],
                 [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "checks", "--target", str(REFERENCE)]]
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
     from rich.table import Table
 
-    p = argparse.ArgumentParser(prog="python -m grpo_katas.bench", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m grpo_katas.training.bench", description=__doc__.splitlines()[0])
     p.add_argument("--device", default="auto",
                    help="auto (CUDA when there is one), cpu or cuda: measure the device you will train on")
     p.add_argument("--quick", action="store_true",
@@ -249,7 +250,7 @@ def main(argv=None) -> int:
     table.add_row("peak memory of a step", memory)
     if a.hf_model:
         console.print(table)
-        console.print(f"reproduce: make bench MODEL={a.hf_model}   (python -m grpo_katas.bench --hf-model ...)")
+        console.print(f"reproduce: make bench MODEL={a.hf_model}   (python -m grpo_katas.training.bench --hf-model ...)")
         return 0
     table.add_row("data parallel (CPU, gloo): rollouts/s on 1 and 2 ranks",
                   f"{ranks[1]:,.0f} / {ranks[2]:,.0f} ({ranks[2] / ranks[1]:.2f}x on {torch.get_num_threads()} "
@@ -257,7 +258,7 @@ def main(argv=None) -> int:
     table.add_row("check run of the reference / bare import torch, pytest",
                   f"{judged:.1f} s / {bare:.1f} s = {judged / bare:.1f}x (goal <= 3x)")
     console.print(table)
-    console.print("reproduce: make bench   (python -m grpo_katas.bench)")
+    console.print("reproduce: make bench   (python -m grpo_katas.training.bench)")
     return 0
 
 

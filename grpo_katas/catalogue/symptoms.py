@@ -52,9 +52,9 @@ loader.py), its settings and seed but its length, the kernel path and torch's ve
 depend on how many follow, so each is made once, as long as the longest window that reads it, and a second verify
 re-runs only what changed.
 
-    python -m grpo_katas.symptoms 3 17                       # each window of each metric, kata against healthy
-    python -m grpo_katas.symptoms --seeds 0 1 2 3 4 3        # kata 3's symptoms and windows at each seed
-    python -m grpo_katas.symptoms --check --seeds 0 1 2 3 4 --kernels default avx2   # the proof CI's verify runs
+    python -m grpo_katas.catalogue.symptoms 3 17                       # each window of each metric, kata against healthy
+    python -m grpo_katas.catalogue.symptoms --seeds 0 1 2 3 4 3        # kata 3's symptoms and windows at each seed
+    python -m grpo_katas.catalogue.symptoms --check --seeds 0 1 2 3 4 --kernels default avx2   # the proof CI's verify runs
 """
 import argparse
 import functools
@@ -74,17 +74,18 @@ from pathlib import Path
 import torch
 
 from grpo_katas import ROOT, run_counted
-from grpo_katas.catalogue import CODEBASES, codebase_source, find_kata, load_bugs, load_katas, plant
-from grpo_katas import record
-from grpo_katas.curves import cell, digits
-from grpo_katas.runs import RunConfig, drive, drive_ranks
+from grpo_katas.catalogue import record
+from grpo_katas.catalogue.katas import CODEBASES, codebase_source, find_kata, load_bugs, load_katas, plant
+from grpo_katas.training.curves import cell, digits
+from grpo_katas.training.runs import RunConfig, drive, drive_ranks
+
 
 METRICS = ["reward_mean", "reward_max", "kl", "loss", "clip_frac", "grad_norm", "adv_std", "completion_len",
            "ratio_dev"]
 WINDOW = 5
 ABOUT = 0.15  # "about X" in a brief: within 15% of X
 CACHE = ROOT / ".cache" / "symptoms"
-DEPENDS = [ROOT / "lab", ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "loader.py"]  # what a run imports
+DEPENDS = [ROOT / "lab", ROOT / "grpo_katas" / "training" / "runs.py", ROOT / "grpo_katas" / "training" / "loader.py"]  # what a run imports
 
 
 def needed(seeds: int) -> int:
@@ -191,7 +192,7 @@ def run_loop(path, settings: dict) -> Run:
 
 
 def fresh_run(path, settings: dict) -> Run:
-    from grpo_katas.loader import load_target
+    from grpo_katas.training.loader import load_target
     run = RunConfig(steps=settings["steps"], seed=settings["seed"], nproc=settings["nproc"], device="cpu",
                     grpo=dict(settings["set"]))
     history, threads = [], torch.get_num_threads()
@@ -291,7 +292,7 @@ class Store:
             spec.write_text(json.dumps([[key, *todo[key][1:]] for key in chunk]))
             env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
                    "ATEN_CPU_CAPABILITY": kernel_name}
-            _, cpu = run_counted([sys.executable, "-m", "grpo_katas.symptoms", "--compute", str(spec),
+            _, cpu = run_counted([sys.executable, "-m", "grpo_katas.catalogue.symptoms", "--compute", str(spec),
                                   str(self.folder), str(out), "--kernel", kernel_name] + ["--fresh"] * self.fresh,
                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             self.made(len(chunk), sum(todo[k][2]["steps"] * todo[k][2]["nproc"] for k in chunk), cpu)
@@ -671,7 +672,7 @@ def main(argv=None) -> int:
     if a.compute:
         return compute_main(*a.compute, a.kernel, a.fresh)
     if a.seeds and not a.katas and not a.check:
-        p.error("name the katas first (python -m grpo_katas.symptoms 17 --seeds 0 1 2 3 4) or after -- "
+        p.error("name the katas first (python -m grpo_katas.catalogue.symptoms 17 --seeds 0 1 2 3 4) or after -- "
                 "(--seeds 0 1 2 3 4 -- 17): --seeds takes every number after it")
     try:
         return answer(a)

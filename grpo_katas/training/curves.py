@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+
 # The run table's columns: (stats key, header, digits), in the order they are drawn. A column shows once the loop
 # reports its key; keys not listed here come after these, at EXTRA_DIGITS, in the order they first appear. A curve's
 # first and last 5-step means are printed at the same digits, and a brief quotes a number at them.

@@ -10,21 +10,14 @@ A few bugs make a run's dynamics amplify a last bit tenfold every step or two, s
 print different digits. Such a table is recorded with the rows every path prints alike marked as such (`[kata
 exact=30]`: rows 1 to 30), the rest as this CPU printed them, for reading; only the exact rows are compared.
 
-    python -m grpo_katas.record              # write every kata's record, from runs under each kernel path this CPU
-                                             # has, which must print the same table (else nothing is written)
-    python -m grpo_katas.record 14 26        # the same for these katas
-    python -m grpo_katas.record --check 14   # run kata 14 here (this CPU's own kernel path) and compare its table
-                                             # with the record: the first row that differs is named, with the CPU
-
-The runs are made by symptoms.Store (one child process per kernel path, kept in .cache/symptoms/).
+The records are written, or checked here, by `python -m grpo_katas.proof.record_runs`, from runs that
+symptoms.Store makes (one child process per kernel path, kept in .cache/symptoms/).
 """
-import argparse
 import re
-import sys
-from pathlib import Path
 
-from grpo_katas.catalogue import CODEBASES, find_kata, load_katas
-from grpo_katas.curves import by_rank, cell, table_columns
+from grpo_katas.catalogue.katas import CODEBASES
+from grpo_katas.training.curves import by_rank, cell, table_columns
+
 
 NAME = "run.txt"
 KERNELS = ("default", "avx2", "avx512")  # the x86 paths; elsewhere the CPU's own is what a run takes
@@ -61,7 +54,7 @@ def render(kata, tables: dict, exact: dict, paths: list) -> str:
            f"seconds per step;", f"# float64 runs under the {', '.join(paths)} kernel paths print each table alike, "
            f"row for row" + ("" if all(n is None for n in exact.values()) else
                              f", but where marked exact=N: its first N rows, the rest are {paths[0]}'s"),
-           "# written by python -m grpo_katas.record, compared by its --check and by make test"]
+           "# written by python -m grpo_katas.catalogue.record, compared by its --check and by make test"]
     for side in SIDES:
         out += [f"[{side}" + (f" exact={exact[side]}" if exact.get(side) is not None else "") + "]"] + tables[side]
     return "\n".join(out) + "\n"
@@ -111,7 +104,7 @@ def differences(kata, tables: dict, where: str, sides=SIDES) -> list:
     """What differs between a kata's record and the tables of fresh runs made `where` (a kernel path, a CPU)."""
     recorded = load(kata)
     if recorded is None:
-        return [f"{kata.name}: no {NAME}: python -m grpo_katas.record {kata.number} writes it"]
+        return [f"{kata.name}: no {NAME}: python -m grpo_katas.catalogue.record {kata.number} writes it"]
     out = []
     for side in sides:
         exact = recorded["exact"].get(side)
@@ -122,48 +115,3 @@ def differences(kata, tables: dict, where: str, sides=SIDES) -> list:
             out.append(f"{kata.name}: {where} prints a different {side} table from row {row} on: the record has "
                        f"{a.strip()!r}, this run {b.strip()!r}")
     return out
-
-
-def main(argv=None) -> int:
-    from grpo_katas.symptoms import CACHE, Store, cpu, kernel, supported
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("katas", nargs="*", help="kata numbers (default: all)")
-    p.add_argument("--check", action="store_true",
-                   help="compare fresh runs with the records instead of writing them")
-    p.add_argument("--kernels", nargs="+", default=None,
-                   help="kernel paths to run under (default: writing, every one this CPU has; checking, its own)")
-    p.add_argument("--processes", type=int, default=2, help="runs made in parallel (default 2)")
-    p.add_argument("--fresh", action="store_true", help="make every run again instead of reading .cache/symptoms/")
-    a = p.parse_args(argv)
-    katas = [find_kata(n) for n in a.katas] if a.katas else load_katas()
-    native = kernel()
-    names = a.kernels or ([native] if a.check else [k for k in dict.fromkeys((native,) + KERNELS) if supported(k)])
-    store = Store(CACHE, a.fresh)
-    store.fetch({name: [spec for k in katas for spec in runs_of(k).values()] for name in names}, a.processes)
-    names = [n for n in names if n not in store.skipped]
-    problems = []
-    for k in katas:
-        per_path = {name: tables_of(k, store, name) for name in names}
-        if a.check:
-            for name, tables in per_path.items():
-                problems += differences(k, tables, f"the {name} kernel path on {cpu()}")
-            continue
-        first, exact = per_path[names[0]], {}
-        for side in SIDES:
-            rows = [d[0] for name in names[1:] for d in [first_difference(first[side], per_path[name][side])] if d]
-            exact[side] = min(rows) - 1 if rows else None
-        (k.path / NAME).write_text(render(k, first, exact, names))
-        parts = "; ".join(f"the {side} table's paths part from row {n + 1}" for side, n in exact.items()
-                          if n is not None)
-        print(f"{k.name}: {NAME} written, {len(first['kata']) - 1} rows, the same under {', '.join(names)}"
-              + (f" but where marked: {parts}" if parts else ""))
-    for p_ in problems:
-        print(p_)
-    if a.check:
-        print(f"{len(katas)} kata(s) compared with their records under {', '.join(names)}: {len(problems)} "
-              f"difference(s)")
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

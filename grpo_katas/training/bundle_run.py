@@ -15,10 +15,11 @@ import sys
 import tempfile
 import traceback
 
+import grpo
 import torch
 
-import grpo
 from lab import ModelConfig, TinyLM, make_task
+
 
 RUN = {"steps": 40, "seed": 0, "nproc": 1, "set": {}}  # the kata's run; the bundle writes it here
 PRACTICE = {"num_iterations": 2, "max_new_tokens": 6}    # where the brief's runs differ from GRPOConfig's defaults

@@ -1,6 +1,6 @@
 """Run a loop file for a short training and report what happens as JSON lines on a channel of its own.
 
-    python -m grpo_katas.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
+    python -m grpo_katas.training.runner FILE [--steps 30] [--seed 0] [--device cpu] [--set beta=0.5 ...]
                                      [--task sum] [--hf-model MODEL] [--events-fd N] [--ack-fd M] [--stack-fd S]
 
 The run is runs.drive under a RunConfig with those settings: the same path for a candidate's loop and for the
@@ -34,9 +34,10 @@ from pathlib import Path
 
 import torch
 
-from grpo_katas.loader import TargetError, load_target
-from grpo_katas.runs import (ConfigError, RankFailed, RunConfig, drive, drive_ranks, grpo_config, parse_overrides,
-                             resolve_device)
+from grpo_katas.training.loader import TargetError, load_target
+from grpo_katas.training.runs import (ConfigError, RankFailed, RunConfig, drive, drive_ranks, grpo_config,
+                                      parse_overrides, resolve_device)
+
 
 events, ack = sys.stdout, None  # the channel, and the caller's answers; main() sets them from the flags
 waited = 0.0  # seconds spent waiting for the caller since the last step

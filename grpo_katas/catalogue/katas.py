@@ -6,16 +6,18 @@
     katas/NN-slug/kata.toml   a kata: title, tier, time box, codebase, bugs, hint ladder, the symptoms its brief cites
 
 A kata's grpo.py is its codebase with its bugs planted, so the kata with its fixes applied is that codebase byte
-for byte. `python -m grpo_katas.catalogue build` rebuilds every kata after a change to a codebase or an edit; the
+for byte. `python -m grpo_katas.catalogue.katas build` rebuilds every kata after a change to a codebase or an edit; the
 tests fail until it is run.
 """
 import re
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import tomllib
+
 from grpo_katas import KATAS, REFERENCE, ROOT
+
 
 COMPONENTS = ["sampling", "advantages", "log-probs", "kl", "loss", "update", "training"]
 # the checks' components, then the brief's run: grading trains the file as `make run` does and requires each symptom
@@ -274,6 +276,6 @@ def build(root: Path = KATAS) -> list:
 
 if __name__ == "__main__":
     if sys.argv[1:] != ["build"]:
-        sys.exit("usage: python -m grpo_katas.catalogue build")
+        sys.exit("usage: python -m grpo_katas.catalogue.katas build")
     changed = build()
     print(f"rebuilt {len(changed)} kata(s): {', '.join(changed) or 'none changed'}")

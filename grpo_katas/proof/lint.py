@@ -3,11 +3,11 @@
 A candidate who runs a linter over a kata (or whose editor does) is shown every line it flags. A finding the healthy
 codebase carries too (a `zip()` without `strict=` in the trainer) points at nothing; one that only the planting
 brings (an `import copy` left unused where the reference is built, two `if` arms made alike) points at the bug.
-`make verify` and `make test`'s static tier refuse every such finding (grpo_katas/verify.py). Findings are compared
+`make verify` and `make test`'s static tier refuse every such finding (grpo_katas/proof/verify.py). Findings are compared
 by rule code and the flagged line's text with its spacing collapsed, never by line number, so a planting that moves
 the lines below it is judged by what it adds.
 
-    python -m grpo_katas.lint             # every finding any planting or kata adds to its codebase, and the count
+    python -m grpo_katas.proof.lint             # every finding any planting or kata adds to its codebase, and the count
 
 ruff comes with the development set-up (`make setup` installs the `dev` extra at the version constraints.txt pins;
 .ci/run runs make setup); without it the rule cannot run, and the proof says so and fails.
@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
 
 # What a reader's linter flags that a planting could bring. Each family with why it is here:
 RULES = (
@@ -111,7 +112,7 @@ def planted_findings(sources: dict, planted: dict) -> dict:
 
 
 def main() -> int:
-    from grpo_katas.catalogue import CODEBASES, codebase_source, load_bugs, load_katas, plant
+    from grpo_katas.catalogue.katas import CODEBASES, codebase_source, load_bugs, load_katas, plant
     bugs, sources, planted = load_bugs(), {name: codebase_source(name) for name in CODEBASES}, {}
     for bug in bugs.values():
         for name in bug.edits:

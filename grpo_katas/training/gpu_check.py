@@ -11,8 +11,8 @@
    reference in bf16. Sampled tokens per second, peak GPU memory, and the reward (on arith for a checkpoint; the
    reward of random weights says nothing).
 
-    python -m grpo_katas.gpu_check [--hf-model MODEL]     # on a CUDA machine (make gpu-check MODEL=...)
-    python -m grpo_katas.gpu_check --device cpu --small   # a smoke test of this script anywhere
+    python -m grpo_katas.training.gpu_check [--hf-model MODEL]     # on a CUDA machine (make gpu-check MODEL=...)
+    python -m grpo_katas.training.gpu_check --device cpu --small   # a smoke test of this script anywhere
 """
 import argparse
 import copy
@@ -26,10 +26,11 @@ from pathlib import Path
 import torch
 
 from grpo_katas import ROOT
-from grpo_katas.curves import summarize
-from grpo_katas.runs import RunConfig
-from grpo_katas.trainer import Trainer
+from grpo_katas.training.curves import summarize
+from grpo_katas.training.runs import RunConfig
+from grpo_katas.training.train import Trainer
 from lab import ModelConfig
+
 
 PEAK_BF16_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12, "L4": 121e12}
 
@@ -198,7 +199,7 @@ def two_ranks_on_gpus(small: bool) -> bool:
     steps = 10 if small else 40
     with tempfile.TemporaryDirectory() as out:
         start = time.perf_counter()
-        r = subprocess.run([sys.executable, "-m", "grpo_katas.trainer", "--nproc", "2", "--device", "cuda",
+        r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--nproc", "2", "--device", "cuda",
                             "--steps", str(steps), "--out", out], cwd=ROOT, capture_output=True, text=True)
         lines = (Path(out) / "metrics.jsonl").read_text().splitlines() if (Path(out) / "metrics.jsonl").exists() \
             else []
@@ -218,7 +219,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device here: run `make gpu-check` on a machine with one "
-              "(or `python -m grpo_katas.gpu_check --device cpu --small` to smoke-test the script)")
+              "(or `python -m grpo_katas.training.gpu_check --device cpu --small` to smoke-test the script)")
         return 1
     device = torch.device(a.device)
     start = time.perf_counter()

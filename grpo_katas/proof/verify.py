@@ -1,6 +1,6 @@
 """Prove that the checks bite: `make verify` (the whole proof; .ci/run runs it fresh) and `make test`'s static tier.
 
-    python -m grpo_katas.verify [--tier full|static] [--fresh] [--seeds 0 1 2] [--codebase NAME]
+    python -m grpo_katas.proof.verify [--tier full|static] [--fresh] [--seeds 0 1 2] [--codebase NAME]
 
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
@@ -38,8 +38,8 @@ and overall:
     or a structural tell: a state variable no longer updated, a keyword parameter no caller passes, a twin
     computation from another expression; or a reader's tell: a comment or docstring beside it, as the codebase
     has it, that names what the planted lines no longer do, or a pure call whose result is dropped
-    (grpo_katas/structure.py);
-  - no planting and no kata carries a ruff finding its codebase does not carry (grpo_katas/lint.py: pyflakes,
+    (grpo_katas/proof/structure.py);
+  - no planting and no kata carries a ruff finding its codebase does not carry (grpo_katas/proof/lint.py: pyflakes,
     bugbear, pylint's unused, no-effect and comparison rules), compared by rule and line text; without ruff
     installed this is one problem, never a pass;
   - every symptom a kata's brief cites (kata.toml) shows in a run of the kata against its healthy codebase, at
@@ -47,7 +47,7 @@ and overall:
     run print their recorded tables under each CPU kernel path asked for, and the numbers the brief prints read
     true there (under each path where they come from those runs, under this CPU's where they come from a rerun
     under other settings); and, with seeds asked for, each symptom goes away when a bug it names is healed, so
-    every bug is reachable (grpo_katas/symptoms.py);
+    every bug is reachable (grpo_katas/catalogue/symptoms.py);
   - the first codebase with any one contract function returning NaN (every float it returns) fails at least one
     check of that function's component: no comparison lets a NaN through.
 It prints the bugs-by-checks matrix, then what the proof cost (`make verify: ...`: the CPU-seconds of judging and of
@@ -71,11 +71,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grpo_katas import ROOT, run_counted, yes_or_no
-from grpo_katas.catalogue import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
-                                  load_katas, plant, tells_in)
-from grpo_katas.lint import LintUnavailable, planted_findings
-from grpo_katas.matrix import Verdict
-from grpo_katas.structure import structural_tells
+from grpo_katas.catalogue.katas import (CODEBASES, CheckId, codebase_source, fail_to_pass, kata_source, load_bugs,
+                                        load_katas, plant, tells_in)
+from grpo_katas.judge.matrix import Verdict
+from grpo_katas.proof.lint import LintUnavailable, planted_findings
+from grpo_katas.proof.structure import structural_tells
+
 
 SEEDS = (0, 1, 2)
 SYMPTOM_SEEDS = (0, 1, 2, 3, 4)
@@ -85,8 +86,10 @@ ADVERTS = re.compile(r"reference (implementation|loop|solution|version)|correcte
 CACHE = ROOT / ".cache" / "verify"
 # what a verdict depends on besides the target: every file of this repository the judge or its worker imports
 # (tests/test_verify.py holds this list to what they do import)
-JUDGE_FILES = ("checks", "lab", "grpo_katas/judge", "conftest.py", "grpo_katas/matrix.py", "grpo_katas/__init__.py",
-               "grpo_katas/catalogue.py")
+JUDGE_FILES = ("checks", "lab", "grpo_katas/judge", "conftest.py", "grpo_katas/__init__.py", "grpo_katas/catalogue",
+               # what the brief's run runs (the runner in its sandbox) and reads its runs with
+               "grpo_katas/training/__init__.py", "grpo_katas/training/runs.py", "grpo_katas/training/runner.py",
+               "grpo_katas/training/loader.py", "grpo_katas/training/curves.py")
 
 
 @dataclass(frozen=True)
@@ -227,7 +230,7 @@ def run_matrix(targets: dict, seeds, processes: int, cost: "Cost | None" = None)
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = Path(f.name)
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
-        cmd = [sys.executable, "-m", "grpo_katas.matrix", *[f"--seed={s}" for s in seeds], "--out", str(out),
+        cmd = [sys.executable, "-m", "grpo_katas.judge.matrix", *[f"--seed={s}" for s in seeds], "--out", str(out),
                *[str(targets[n]) for n in chunk]]
         with tempfile.TemporaryFile("w+") as err:
             code, cpu = run_counted(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
@@ -416,12 +419,12 @@ def judge_verdicts(bugs, katas, first, problems, codebases) -> list:
 
 
 def symptom_problems(katas, processes: int, seeds=None, kernels=None, cost: "Cost | None" = None) -> list:
-    """Each kata's recorded symptoms against runs of the kata and its healthy codebase (grpo_katas/symptoms.py),
+    """Each kata's recorded symptoms against runs of the kata and its healthy codebase (grpo_katas/catalogue/symptoms.py),
     made in `processes` parallel processes and kept in .cache/symptoms/ (keyed by the bytes of the code they ran).
     seeds None: the brief's seed; otherwise each symptom must hold at all but one in five of them (4 of 0-4).
     kernels None: this process's CPU kernel path; otherwise each record is checked under each (("default", "avx2"),
     "avx512" where the CPU has it). What the runs cost goes to `cost`."""
-    from grpo_katas import symptoms
+    from grpo_katas.catalogue import symptoms
     try:
         return symptoms.check(katas, processes, seeds, kernels, log=print, made=cost.ran if cost is not None else None)
     except symptoms.Changed as exc:
@@ -466,13 +469,13 @@ def catalogue_rules(bugs, katas, problems) -> None:
 def static_problems(katas) -> list:
     """What the symptoms and the records require without a run: every bug of a kata reachable from its brief or
     first hint, and a recorded run (run.txt) of its brief's run with a table on each side."""
-    from grpo_katas import record, symptoms
+    from grpo_katas.catalogue import record, symptoms
     bugs, out = load_bugs(), []
     for k in katas:
         out += symptoms.coverage_problems(k, bugs)
         recorded = record.load(k)
         if recorded is None or not all(len(recorded.get(side, [])) > 1 for side in record.SIDES):
-            out.append(f"{k.name}: no recorded run with both tables ({record.NAME}): python -m grpo_katas.record "
+            out.append(f"{k.name}: no recorded run with both tables ({record.NAME}): python -m grpo_katas.catalogue.record "
                        f"{k.number} writes it")
     return out
 
@@ -489,7 +492,7 @@ class Parser(argparse.ArgumentParser):
     """A usage error as one line and exit status 2."""
 
     def error(self, message):
-        print(f"error: {message}; python -m grpo_katas.verify --help says more", file=sys.stderr)
+        print(f"error: {message}; python -m grpo_katas.proof.verify --help says more", file=sys.stderr)
         sys.exit(2)
 
 

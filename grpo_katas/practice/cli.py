@@ -1,6 +1,6 @@
 """The practice CLI: debug a broken GRPO loop, check your fix, track your progress, run mock interview rounds.
 
-`python -m grpo_katas.cli COMMAND [N]`, wrapped by `make kata N=3` and friends; COMMANDS below lists each
+`python -m grpo_katas.practice.cli COMMAND [N]`, wrapped by `make kata N=3` and friends; COMMANDS below lists each
 command with what it does and why one would use it (`--help` shows the same). This module parses and dispatches;
 render.py draws, progress.py keeps your progress (each command changes it once, in one `progress.update()`),
 rounds.py the mock rounds, drills.py the drills, jobs.py runs the checks, loop_run.py a loop in a child process.
@@ -17,14 +17,16 @@ from pathlib import Path
 
 from rich.markup import escape
 
-from grpo_katas import UserError, drills, progress, render, rounds, yes_or_no
-from grpo_katas.catalogue import CODEBASES, COMPONENTS, TIERS, fixed_bug_ids, load_bugs, load_katas
-from grpo_katas.drills import find
-from grpo_katas.jobs import reference_run, run_args, run_checks
-from grpo_katas.loop_run import LoopRun
+from grpo_katas import UserError, yes_or_no
+from grpo_katas.catalogue import drawn
+from grpo_katas.catalogue.katas import CODEBASES, COMPONENTS, TIERS, fixed_bug_ids, load_bugs, load_katas
 from grpo_katas.judge import sandbox
-from grpo_katas.progress import now, require_copy, shown, working_copy
-from grpo_katas.render import console, minutes
+from grpo_katas.judge.loop_run import LoopRun
+from grpo_katas.practice import drills, progress, render, rounds
+from grpo_katas.practice.drills import find
+from grpo_katas.practice.jobs import reference_run, run_args, run_checks
+from grpo_katas.practice.progress import now, require_copy, shown, working_copy
+from grpo_katas.practice.render import console, minutes
 
 
 # --- commands ------------------------------------------------------------------------------------------
@@ -63,7 +65,7 @@ def cmd_run(args) -> int:
         console.print(f"[yellow]{shown(path.parent / 'run.log')} could not be written (is the folder read-only?): "
                       f"what the loop printed is only what is shown above[/]")
     if last and last["event"] == "error" and last.get("setting"):  # the runner's RunConfig refused a setting
-        from grpo_katas.runs import flag_words  # torch comes with it: only here, where a run was made
+        from grpo_katas.training.runs import flag_words  # torch comes with it: only here, where a run was made
         raise UserError(flag_words(last["setting"], last["problem"]))
     if last and last["event"] == "error":  # the file does not load, or a setting is not one of its GRPOConfig's
         raise UserError(f"cannot run {shown(path)}: {last['message']}")
@@ -238,7 +240,7 @@ def cmd_reset(args) -> int:
 
 def cmd_list(args) -> int:
     state = progress.load()
-    katas = chosen(state, args.tier, args.codebase, drills.made())
+    katas = chosen(state, args.tier, args.codebase, drawn.made())
     render.kata_list(katas, [progress.status(state, k) for k in katas], filtered=bool(args.tier or args.codebase),
                      idle_minutes=progress.IDLE_SECONDS // 60)
     return 0
@@ -402,8 +404,8 @@ MAKE_SETTINGS = {"--seed": "SEED", "--steps": "STEPS", "--nproc": "NPROC", "--hf
 
 
 def parser() -> argparse.ArgumentParser:
-    p = Parser(prog="python -m grpo_katas.cli", description=__doc__.split("\n\n")[0],
-               epilog="`python -m grpo_katas.cli COMMAND --help` says more about one command.")
+    p = Parser(prog="python -m grpo_katas.practice.cli", description=__doc__.split("\n\n")[0],
+               epilog="`python -m grpo_katas.practice.cli COMMAND --help` says more about one command.")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, what, why) in COMMANDS.items():
         s = sub.add_parser(name, help=what, description=f"{what}. {why}")

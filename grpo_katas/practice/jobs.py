@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 from grpo_katas import CHECKS, REFERENCE, ROOT, UserError
-from grpo_katas.loop_run import LoopRun
-from grpo_katas.progress import read_cache, write_cache
+from grpo_katas.judge.loop_run import LoopRun
+from grpo_katas.practice.progress import read_cache, write_cache
 
 
 def run_checks(path: Path, seed: int = 0, component: str | None = None, kata=None) -> dict:
@@ -22,7 +22,7 @@ def run_checks(path: Path, seed: int = 0, component: str | None = None, kata=Non
     be judged, and KeyboardInterrupt when Ctrl-C stopped the checks (pytest catches it and returns its status)."""
     import pytest
 
-    from grpo_katas import matrix  # pytest and torch, imported only when checks run
+    from grpo_katas.judge import matrix  # pytest and torch, imported only when checks run
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     if not path.is_file():
         raise UserError(f"{shown}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
@@ -43,7 +43,7 @@ def component_checks(component: str) -> Path:
         if re.search(rf"^pytestmark = pytest\.mark\.component\([\"']{re.escape(component)}[\"']\)", f.read_text(),
                      re.MULTILINE):
             return f
-    from grpo_katas.catalogue import COMPONENTS
+    from grpo_katas.catalogue.katas import COMPONENTS
     raise UserError(f"COMPONENT must be one of {', '.join(COMPONENTS)}, got {component!r}")
 
 
@@ -65,7 +65,7 @@ def step_stats(event: dict) -> dict:
 
 
 # What a healthy run depends on besides its settings and its codebase: change one and the cached run is made again.
-RUN_CODE = [ROOT / "grpo_katas" / "runs.py", ROOT / "grpo_katas" / "runner.py", ROOT / "lab" / "model.py",
+RUN_CODE = [ROOT / "grpo_katas" / "training" / "runs.py", ROOT / "grpo_katas" / "training" / "runner.py", ROOT / "lab" / "model.py",
             ROOT / "lab" / "tasks.py", ROOT / "lab" / "hf.py", ROOT / "lab" / "text.py"]
 
 

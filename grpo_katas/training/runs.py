@@ -30,6 +30,7 @@ from lab import ModelConfig, TinyLM, make_task
 from lab.tasks import TASKS
 from lab.text import task_names as text_task_names
 
+
 # The GRPO settings every practice run uses where they differ from GRPOConfig's; `--set` / SET= overrides them.
 PRACTICE_GRPO = {
     "num_iterations": 2,  # two updates per batch, so the ratio leaves 1 and the clip bites (the paper's 1 never clips)
@@ -317,7 +318,7 @@ def drive_ranks(path, run: RunConfig, on_step=lambda stats: None) -> list:
     import select
     import tempfile
 
-    from grpo_katas.loader import load_target
+    from grpo_katas.training.loader import load_target
 
     folder = tempfile.mkdtemp(prefix="grpo-ranks-")
     store = os.path.join(folder, "store")

@@ -1,11 +1,11 @@
 """Grade one submitted file against a kata: results.json (exercism v3 plus a SWE-bench section), junit.xml and
 summary.md, written to OUT.
 
-    python -m grpo_katas.grade N SUBMISSION OUT [--time-limit 600] [--memory-gb 8] [--sandbox process] [--seed S]
+    python -m grpo_katas.judge.grade N SUBMISSION OUT [--time-limit 600] [--memory-gb 8] [--sandbox process] [--seed S]
     make grade N=7 SUBMISSION=path/to/grpo.py OUT=dir
 
 Three processes, and the submission runs in the last alone. This one draws the seed, watches the clock and
-writes OUT. The judge (`python -m grpo_katas.matrix`, its child) runs the checks and the oracle and never imports
+writes OUT. The judge (`python -m grpo_katas.judge.matrix`, its child) runs the checks and the oracle and never imports
 the submission. A copy of the submission is imported by a worker process inside a bubblewrap sandbox (its own
 filesystem view with no repository, no checks and no output folder; no capability; no network; its own PID
 namespace; memory, CPU and file-size limits), and every contract call a check makes runs there. So does the brief's
@@ -49,10 +49,12 @@ import unicodedata
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from grpo_katas import ROOT, matrix
-from grpo_katas.catalogue import (RUN_CHECK, CatalogueError, CheckId, fail_to_pass, find_kata, fixed_bug_ids,
-                                  load_bugs)
+from grpo_katas import ROOT
+from grpo_katas.catalogue.katas import (RUN_CHECK, CatalogueError, CheckId, fail_to_pass, find_kata, fixed_bug_ids,
+                                        load_bugs)
+from grpo_katas.judge import matrix
 from grpo_katas.judge import sandbox as sandboxes
+
 
 RESOLVED = {"full": "RESOLVED_FULL", "partial": "RESOLVED_PARTIAL", "no": "RESOLVED_NO"}
 GRACE_S = 6                      # the judge may run this long past the time limit before it is killed
@@ -192,7 +194,7 @@ def limit_address_space(gb: float) -> None:
 def judge_command(copy: Path, verdicts: Path, seed: int, sandbox: str, memory_gb: float, deadline: float,
                   kata_key: str) -> list:
     """The judge's command line: the checks and the brief's run on the copy, its verdicts written to `verdicts`."""
-    return [sys.executable, "-m", "grpo_katas.matrix", f"--seed={seed}", "--out", str(verdicts), f"--kata={kata_key}",
+    return [sys.executable, "-m", "grpo_katas.judge.matrix", f"--seed={seed}", "--out", str(verdicts), f"--kata={kata_key}",
             f"--sandbox={sandbox}", f"--memory-gb={memory_gb}", f"--deadline={deadline}", str(copy)]
 
 
@@ -380,9 +382,9 @@ def check_sandbox(mode: str) -> None:
 
 
 def grade(number, submission, out, time_limit=600.0, memory_gb=8.0, sandbox="bubblewrap", seed=None) -> int:
-    from grpo_katas import drills
+    from grpo_katas.catalogue import drawn
     try:
-        kata = drills.load(number) if drills.is_drill(number) else find_kata(number)
+        kata = drawn.load(number) if drawn.is_drill(number) else find_kata(number)
     except CatalogueError as exc:
         raise UsageError(str(exc)) from None
     if submission in (None, ""):

@@ -23,25 +23,22 @@ drill.json, beside the pristine file, holds them sealed: compressed and encoded,
 give the drill away. Sealed is not secret (anyone can decode it, as anyone can read katas/bugs.toml); it keeps
 the answers out of sight, as a kata's are in its kata.toml.
 """
-import base64
 import json
 import math
 import random
-import re
 import tempfile
 import time
-import zlib
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from grpo_katas import UserError
-from grpo_katas import progress
-from grpo_katas.catalogue import (CODEBASES, RUN_DEFAULTS, TIERS, CatalogueError, Kata, codebase_source, find_kata,
-                                  load_bugs, load_katas, plant)
-from grpo_katas.progress import WORK, cannot_write, now, shown
+from grpo_katas.catalogue.drawn import DRILL_RUN, DRILLS, Drill, is_drill, load, seal
+from grpo_katas.catalogue.katas import (CODEBASES, TIERS, CatalogueError, Kata, codebase_source, find_kata, load_bugs,
+                                       load_katas, plant)
+from grpo_katas.practice import progress
+from grpo_katas.practice.progress import WORK, cannot_write, now, shown
 
-DRILLS = WORK / "drills"
 
 # The settings a bug lives under: the option whose code it breaks, which the default settings never run. A drill
 # with one of these bugs runs under them (its brief says so); bugs whose settings disagree are not drawn together.
@@ -66,13 +63,8 @@ FRONTIER = {"accum-divided-by-steps", "accum-local-token-count", "kl-detached-lo
             "sampler-logp-untempered", *NEEDS}
 TIER_BUGS = {"warm-up": (1, 1), "practice": (2, 3), "frontier": (1, 2), "interview": (4, 5)}
 TIER_MINUTES = {"warm-up": 10, "practice": 20, "frontier": 20, "interview": 45}
-DRILL_RUN = {**RUN_DEFAULTS, "steps": 30}
 PROOF_SECONDS = 180          # drawing and proving gives up (with a message) after this long
 BOXES = 5
-
-
-def is_drill(key) -> bool:
-    return bool(re.fullmatch(r"\s*[dD]\d{1,4}\s*", str(key or "")))
 
 
 def find(key, command: str = "kata") -> Kata:
@@ -218,7 +210,7 @@ LOOK = {
 def departures(mine, other) -> list:
     """(size, metric, window, a, b) for each window where two runs clearly differ (a factor of 1.5, opposite
     signs, or not finite), largest first."""
-    from grpo_katas.symptoms import METRICS
+    from grpo_katas.catalogue.symptoms import METRICS
     found = []
     for m in METRICS:
         for window in ("last", "max"):
@@ -239,7 +231,7 @@ def symptoms_of(drill_path: Path, codebase: str, settings: dict = DRILL_RUN) -> 
     """(metric, window, the drill's value, the healthy value) at the brief's seed for the metrics that moved most
     in a short run, largest first: clear departures (departures()), or a crash, that show at every seed of
     DRILL_SEEDS in the same direction."""
-    from grpo_katas.symptoms import run_loop
+    from grpo_katas.catalogue.symptoms import run_loop
     runs = [(run_loop(drill_path, {**settings, "seed": s}), run_loop(CODEBASES[codebase].path, {**settings, "seed": s}))
             for s in DRILL_SEEDS]
     if all(mine.crash for mine, _ in runs):
@@ -257,7 +249,7 @@ def reach(bugs: dict, codebase: str, chosen: list, path: Path, run: dict = DRILL
     """(probes, hidden): how each drawn bug can be seen. A bug shows in the brief's run when healing it alone (the
     others left in) clearly changes that run; else under its PROBES rerun, healed against not; else by what LOOK
     says to look at. probes: (bug, settings or None, words) for the first hint; hidden: bugs none of that reaches."""
-    from grpo_katas.symptoms import run_loop
+    from grpo_katas.catalogue.symptoms import run_loop
     probes, hidden = [], []
     for b in chosen if len(chosen) > 1 else ():  # one bug: the brief's run against the healthy one shows it
         healed = path.with_name(f"healed-{b}.py")
@@ -285,7 +277,7 @@ def brief_text(symptoms: list, n_bugs: int, tier: str, settings: dict | None = N
     """A colleague's report of the run, from its numbers: one or two symptoms, how many bugs, no component. Each
     number is what `make run` prints for it (a float64 run prints the same digits on every CPU); `settings`, the
     options the run turns on (NEEDS), are named."""
-    from grpo_katas.symptoms import quote
+    from grpo_katas.catalogue.symptoms import quote
     steps = DRILL_RUN["steps"]
     if symptoms and symptoms[0][0] == "crash":
         seen = f"The run stopped before step {steps}: `{symptoms[0][2]}`."
@@ -323,7 +315,7 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
     """(None, (symptoms, probes, settings)) when the drill is proven, else (why not, None): every drawn bug trips a
     check of its own, the run (under the settings its bugs live under) shows a symptom at every seed of DRILL_SEEDS,
     and every bug is reachable (reach())."""
-    from grpo_katas import matrix
+    from grpo_katas.judge import matrix
     path = workdir / "grpo.py"
     path.write_text(plant(codebase_source(codebase), [bugs[b] for b in chosen], codebase))
     run = matrix.run([path], [0])
@@ -346,62 +338,6 @@ def prove(bugs: dict, codebase: str, chosen: list, workdir: Path) -> tuple:
 
 
 # --- the work area ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Drill(Kata):
-    """A drawn drill, handled as a kata: key dN, pristine files in work/drills/dN/, your copy in work/dN-drill/."""
-    seed: int | None = None
-
-    @property
-    def name(self) -> str:
-        return f"{self.path.name}-drill"  # a drill made before the names were dN everywhere keeps its dNN
-
-
-def folder(number: int) -> Path:
-    legacy = DRILLS / f"d{number:02d}"
-    return legacy if legacy.is_dir() and not (DRILLS / f"d{number}").exists() else DRILLS / f"d{number}"
-
-
-def seal(obj) -> str:
-    return base64.b64encode(zlib.compress(json.dumps(obj).encode())).decode()
-
-
-def unseal(text: str):
-    return json.loads(zlib.decompress(base64.b64decode(text)))
-
-
-def load(key) -> Drill:
-    """The drill a user named (d3), as a Kata."""
-    number = int(str(key).strip()[1:])
-    meta = folder(number) / "drill.json"
-    if not meta.exists():
-        made = sorted({int(p.name[1:]) for p in DRILLS.iterdir() if is_drill(p.name) and (p / "drill.json").exists()}
-                      if DRILLS.is_dir() else [])
-        raise CatalogueError(f"there is no drill d{number}" + (f"; yours: {', '.join(f'd{n}' for n in made)}"
-                                                               if made else "; draw one with `make drill`"))
-    try:
-        d = json.loads(meta.read_text())
-        recipe = unseal(d["sealed"]) if "sealed" in d else d  # drills made before sealing hold it in the open
-        return Drill(number, "drill", f"Drill d{number}", d["tier"], d["minutes"], recipe["codebase"],
-                     tuple(recipe["bugs"]), tuple(recipe["hints"]), tuple(d["symptoms"]),
-                     {**DRILL_RUN, "set": dict(d.get("set", {}))}, folder(number),
-                     drill=True, seed=recipe.get("seed"))
-    except (OSError, ValueError, KeyError, TypeError, zlib.error) as exc:
-        raise CatalogueError(f"{meta} cannot be read ({type(exc).__name__}: {exc}); draw a new drill with "
-                             f"`make drill`") from None
-
-
-def made() -> list:
-    """Every drill in work/drills/ that can be read, in order (make list shows them after the katas)."""
-    numbers = sorted(int(p.name[1:]) for p in DRILLS.iterdir() if is_drill(p.name)) if DRILLS.is_dir() else []
-    out = []
-    for n in numbers:
-        try:
-            out.append(load(f"d{n}"))
-        except CatalogueError:
-            continue  # a drill.json that cannot be read is named when that drill is asked for
-    return out
-
 
 @dataclass(frozen=True)
 class Draw:

@@ -479,7 +479,7 @@ def test_the_plain_process_fallback_gives_the_same_verdicts(tmp_path):
     kata = find_kata(18)
     target = kata.loop
     (mode_a, in_sandbox), (mode_b, in_process) = failing(tmp_path, "auto", target), failing(tmp_path, "process", target)
-    assert mode_a == "bubblewrap" and mode_b.startswith("process")
+    assert mode_a.startswith("bubblewrap;") and mode_b.startswith("process")  # then the caps on its tree
     assert in_sandbox == in_process == sorted(str(c) for c in fail_to_pass(kata, load_bugs()))
 
 
@@ -646,17 +646,13 @@ def brief_verdict(kata, path):
 def test_the_brief_s_run_passes_each_healthy_codebase_and_fails_its_kata_and_a_fix_that_heals_only_when_judged(
         tmp_path):
     """The healed kata (its codebase) and the reference pass; the kata fails with each of its brief's symptoms,
-    and so does kata 1 healed only under the checks, only where no argument is float64, only by a variable it set
-    in the worker, only where it finds the judge's files, or with the worker's run replaced at import. One kata per
-    codebase, one of two ranks among them."""
-    from tests.test_grade import (BY_ENVIRONMENT, FINDS_THE_JUDGE, FORGES_THE_RUN, JUDGED, ON_FLOAT32,
-                                  SETS_THE_ENVIRONMENT, healed_when)
-    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float32", "forged", "environment", "judge's paths")}
+    and so does kata 1 healed only under the checks, or only where no argument is float64 (the hostile suite grades
+    the other ways a file heals only when judged: tests/test_grade.py, issue_41_cases). One kata per codebase, one
+    of two ranks among them."""
+    from tests.test_grade import JUDGED, ON_FLOAT32, healed_when
+    gated = {name: tmp_path / f"{name}.py" for name in ("judged", "float32")}  # the brief's run is float64
     gated["judged"].write_text(healed_when(JUDGED))
-    gated["float32"].write_text(healed_when(ON_FLOAT32))  # the brief's run is float64
-    gated["forged"].write_text(healed_when(JUDGED) + FORGES_THE_RUN)
-    gated["environment"].write_text(healed_when(BY_ENVIRONMENT) + SETS_THE_ENVIRONMENT)
-    gated["judge's paths"].write_text(healed_when(FINDS_THE_JUDGE))
+    gated["float32"].write_text(healed_when(ON_FLOAT32))
     for n, others in [(1, [ROOT / "solutions" / "grpo.py"]), (2, []), (13, []), (10, []), (35, [])]:
         kata = find_kata(n)
         healed = CODEBASES[kata.codebase].path

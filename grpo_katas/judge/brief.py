@@ -49,12 +49,27 @@ class Brief:
         self.store = symptoms.Store(cache_folder())
         self.problem = None
         self.thread = threading.Thread(target=self.make_healthy_runs, name="healthy-runs", daemon=True)
+        self.file_thread, self.file_made, self.cancelled = None, None, threading.Event()
 
-    def start(self) -> "Brief":
-        """Make (or read) the healthy runs in the background, while the checks run."""
+    def start(self, path: Path | None = None, mode: str = "", deadline: float | None = None) -> "Brief":
+        """Make (or read) the healthy runs in the background, while the checks run; with the file's `path` (and the
+        worker's sandbox mode), the file's runs too, once the healthy ones say which it needs: each in a run's
+        sandbox of its own, so nothing the checks' worker holds reaches them. The verdict waits for both."""
         if self.kata.symptoms:
             self.thread.start()
+            if path is not None:
+                self.file_thread = threading.Thread(target=self.make_file_runs, args=(Path(path), mode, deadline),
+                                                    name="file-runs", daemon=True)
+                self.file_thread.start()
         return self
+
+    def make_file_runs(self, path: Path, mode: str, deadline: float | None) -> None:
+        try:
+            self.thread.join()
+            if self.problem is None:
+                self.file_made = self.run_file(path, mode, deadline, self.required())
+        except Exception as exc:  # the judge's own side: the verdict says so, it is no pass
+            self.file_made = None, f"the brief's run could not be made ({type(exc).__name__}: {exc})"
 
     def make_healthy_runs(self) -> None:
         try:
@@ -104,7 +119,12 @@ class Brief:
         if why:
             return False, *why
         required = self.required()
-        made, why = self.run_file(target, required)
+        if self.file_thread is not None:  # made beside the checks
+            self.file_thread.join()
+            made, why = self.file_made
+        else:
+            w = target.worker
+            made, why = self.run_file(w.targets[target.key], w.mode, w.deadline, required)
         if why:
             return False, why, "call"
 
@@ -119,17 +139,20 @@ class Brief:
                            f"{'; '.join(showing)}"), "assertion"
         return True, "", ""
 
-    @staticmethod
-    def not_run(target) -> tuple | None:
+    def not_run(self, target) -> tuple | None:
         """(message, kind) when the file cannot be run: it did not import, or a function it calls hung or crashed
         the worker earlier (a hang costs one budget, not one more per run)."""
         w = target.worker
+        why = None
         if target.key in w.load_errors:
-            return f"not run: the file could not be imported: {w.load_errors[target.key]}", "call"
-        broken = [f"{fn} {why}" for (key, fn), why in w.broken.items() if key == target.key]
+            why = f"not run: the file could not be imported: {w.load_errors[target.key]}", "call"
+        broken = [f"{fn} {what}" for (key, fn), what in w.broken.items() if key == target.key]
         if broken:
-            return f"not run: earlier in this run, {broken[0]}; the brief's run would call it again", "call"
-        return None
+            why = f"not run: earlier in this run, {broken[0]}; the brief's run would call it again", "call"
+        if why and self.file_thread is not None:  # runs started beside the checks are stopped, and not read
+            self.cancelled.set()
+            self.file_thread.join()
+        return why
 
     def healthy_problem(self) -> tuple | None:
         """(message, kind) when a healthy run could not be made (then no verdict can be a pass), once they are."""
@@ -140,13 +163,13 @@ class Brief:
             return f"the healthy codebase's run could not be made: {self.problem or unmade}", "error"
         return None
 
-    def run_file(self, target, required: list) -> tuple:
+    def run_file(self, path: Path, mode: str, deadline: float | None, required: list) -> tuple:
         """({settings key: history}, None) of the file's runs, each made in a run's sandbox; or (None, why not)."""
-        w, made = target.worker, {}
+        made = {}
         for key, settings in self.file_runs(required).items():
-            history, problem = read_run(*make_run(w.targets[target.key], settings, w.mode, w.deadline), settings)
+            history, problem = read_run(*make_run(path, settings, mode, deadline, self.cancelled), settings)
             if problem:
-                problem = problem.replace(str(w.targets[target.key]), display(w.targets[target.key]))
+                problem = problem.replace(str(path), display(path))
                 return None, f"the brief's run ({described(settings)}) {problem}"
             made[key] = history
         return made, None
@@ -163,12 +186,14 @@ def still_shows(kata, symptom: dict, get, path) -> str | None:
     return f"{symptoms.describe(symptom)} cannot be read: {seen}" if unread else None
 
 
-def make_run(path: Path, settings: dict, mode: str, deadline: float | None = None) -> tuple:
+def make_run(path: Path, settings: dict, mode: str, deadline: float | None = None, cancelled=None) -> tuple:
     """(step events, the event that ended it) of the file at `path` trained by the runner in a run's sandbox
     (LoopRun, as `make run` makes it: its limits too, whatever the worker's), its budget RUN_CPU_S per rank; what
-    it prints is not read."""
+    it prints is not read. It may run in a thread of its own (Ctrl-C is the judge's), stopped once `cancelled`
+    (a threading.Event) is set."""
     budget = RUN_CPU_S * settings["nproc"]
-    run = LoopRun(path, runner_args(settings), budget=budget, sandbox=mode, run_cpu=budget, deadline=deadline)
+    run = LoopRun(path, runner_args(settings), budget=budget, sandbox=mode, run_cpu=budget, deadline=deadline,
+                  cancelled=cancelled)
     steps, end = [], None
     for kind, event in run:
         if kind != "event" or event.get("event") == "config":

@@ -86,7 +86,7 @@ class LoopRun:
 
     def __init__(self, path: Path, runner_args: list, log: Path | None = None, budget: float = 60.0,
                  sandbox: str | None = None, limits=None, run_cpu: float | None = None,
-                 deadline: float | None = None):
+                 deadline: float | None = None, cancelled=None):
         from grpo_katas.judge import sandbox as sandboxes
         self.path, self.runner_args = path, runner_args
         self.sandbox, self.limits = sandbox, limits or sandboxes.Limits()
@@ -95,6 +95,7 @@ class LoopRun:
             self.inside: str(path), f"{sandboxes.RUN_ROOT}/": f"{ROOT}/"}
         self.log, self.log_full, self.budget, self.run_cpu = log, False, budget, run_cpu
         self.deadline = deadline  # time.monotonic() past which the run is stopped
+        self.cancelled = cancelled  # a threading.Event: set, the run is stopped (and Ctrl-C is not ours to catch)
         self.returncode = None
         self.reached = []  # the caps of its sandbox's cgroup the run ran into ("memory", "tasks")
         self.last_output = []
@@ -131,7 +132,8 @@ class LoopRun:
         lines = {output: Lines(), read_events: Lines(self.MAX_EVENT)}
         log = self.open_log()
         watch = StepWatch(proc.pid, self.budget)
-        previous = signal.signal(signal.SIGINT, self.on_interrupt)  # Ctrl-C: the run ends, and says where
+        # Ctrl-C: the run ends, and says where (unless its caller stops it, maybe from a thread, where none is caught)
+        previous = None if self.cancelled is not None else signal.signal(signal.SIGINT, self.on_interrupt)
         self.proc = proc
         next_look = time.monotonic() + self.TICK
         try:
@@ -170,7 +172,8 @@ class LoopRun:
                         yield "event", self.outside(event)
             self.returncode = proc.wait()
         finally:
-            signal.signal(signal.SIGINT, previous)
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
             if proc.poll() is None:  # the caller stopped early: the run stops with it
                 stop_tree(proc)
             group = getattr(proc, "group", None)
@@ -211,6 +214,8 @@ class LoopRun:
             why = f"the run used {watch.total():.0f} CPU-seconds in all, its budget"
         if self.deadline is not None and time.monotonic() > self.deadline:
             why = "the time limit ran out"
+        if self.cancelled is not None and self.cancelled.is_set():
+            why = "its verdict was decided without it"
         if why and proc.poll() is None:
             stack = self.where(proc, stacks, watch, fresh=True)
             cpu, seconds = watch.cpu(), watch.seconds()  # before the tree is gone

@@ -145,7 +145,11 @@ def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, t
         if len(targets) != 1:
             raise ValueError("the brief's run judges one target")
         from grpo_katas.judge.brief import Brief
-        brief = Brief(kata).start()
+        from grpo_katas.judge.sandbox import resolve
+        try:  # the file's runs start beside the checks, in the worker's sandbox mode
+            brief = Brief(kata).start(Path(targets[0]).resolve(), resolve(sandbox)[0], deadline)
+        except RuntimeError:  # no sandbox of that mode: the worker says so, and the brief's run is made after
+            brief = Brief(kata).start()
     collector = Collector(targets, brief)
     # logging and warnings capture cost more than the checks on a busy run, and the checks use neither
     args = [str(checks), "-q", "-p", "no:cacheprovider", "-p", "no:logging", "-p", "no:warnings",

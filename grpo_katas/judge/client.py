@@ -107,6 +107,7 @@ class Worker:
                 message = f"the worker process did not start: {exc}"
             else:
                 message = f"importing it did not finish: {exc}" if isinstance(exc, Hang) else \
+                    f"importing it broke the protocol: {exc}" if isinstance(exc, wire.ProtocolError) else \
                     f"importing it ended the worker process: {exc}"
             self.events.append(f"{display(self.targets[pending[0]])}: {message}")
             for key in pending:

@@ -54,7 +54,7 @@ def render(kata, tables: dict, exact: dict, paths: list) -> str:
            f"seconds per step;", f"# float64 runs under the {', '.join(paths)} kernel paths print each table alike, "
            f"row for row" + ("" if all(n is None for n in exact.values()) else
                              f", but where marked exact=N: its first N rows, the rest are {paths[0]}'s"),
-           "# written by python -m grpo_katas.catalogue.record, compared by its --check and by make test"]
+           "# written by python -m grpo_katas.proof.record_runs, compared by its --check and by make test"]
     for side in SIDES:
         out += [f"[{side}" + (f" exact={exact[side]}" if exact.get(side) is not None else "") + "]"] + tables[side]
     return "\n".join(out) + "\n"
@@ -104,7 +104,7 @@ def differences(kata, tables: dict, where: str, sides=SIDES) -> list:
     """What differs between a kata's record and the tables of fresh runs made `where` (a kernel path, a CPU)."""
     recorded = load(kata)
     if recorded is None:
-        return [f"{kata.name}: no {NAME}: python -m grpo_katas.catalogue.record {kata.number} writes it"]
+        return [f"{kata.name}: no {NAME}: python -m grpo_katas.proof.record_runs {kata.number} writes it"]
     out = []
     for side in sides:
         exact = recorded["exact"].get(side)

@@ -1,4 +1,4 @@
-"""Write each kata's recorded run (katas/NN-slug/run.txt, catalogue/record.py), or check it on this machine.
+"""Write each kata's recorded run (katas/NN-slug/run.txt, the file format in grpo_katas/catalogue/record.py), or check it on this machine.
 
     python -m grpo_katas.proof.record_runs              # write every kata's record, from runs under each kernel path
                                                         # this CPU has, which must print the same table (else nothing

@@ -475,7 +475,7 @@ def static_problems(katas) -> list:
         out += symptoms.coverage_problems(k, bugs)
         recorded = record.load(k)
         if recorded is None or not all(len(recorded.get(side, [])) > 1 for side in record.SIDES):
-            out.append(f"{k.name}: no recorded run with both tables ({record.NAME}): python -m grpo_katas.catalogue.record "
+            out.append(f"{k.name}: no recorded run with both tables ({record.NAME}): python -m grpo_katas.proof.record_runs "
                        f"{k.number} writes it")
     return out
 

@@ -4,10 +4,13 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
+from grpo_katas import ROOT
 
 ENV = {"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "ignore"}
 
@@ -119,3 +122,19 @@ def plain(text: str) -> str:
     """Terminal output without its escape sequences, every line drawn kept (a live display's redraws included)."""
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07", "", text)
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def private_copy(root: Path, shared_runs: bool = False) -> Path:
+    """The repository's tracked files copied to root: a hostile submission that gets out must not damage the
+    real one. With shared_runs, its healthy runs are this repository's .cache/symptoms/ (the judge writes there,
+    never a submission; a run's key is the bytes of the code it ran), so that a grading reads what another made."""
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    for f in files:
+        (root / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / f, root / f)
+    if shared_runs:
+        shared = ROOT / ".cache" / "symptoms"
+        shared.mkdir(parents=True, exist_ok=True)
+        (root / ".cache").mkdir()
+        (root / ".cache" / "symptoms").symlink_to(shared, target_is_directory=True)
+    return root

@@ -1,28 +1,18 @@
 """Fixtures for the repository's own tests (the checks' plugin is the top-level conftest.py)."""
 import hashlib
 import os
-import shutil
-import subprocess
 
 import pytest
 import torch
 
-from grpo_katas import ROOT
+from tests.cli_helpers import private_copy
 
 
 @pytest.fixture
 def repo(tmp_path):
     """A copy of the repository's files. Its healthy runs are this repository's .cache/symptoms/: a run's key is the
     bytes of the code it ran, its settings, the kernel path and the CPU, so a copy reads back what any test made."""
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for f in files:
-        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, tmp_path / f)
-    shared = ROOT / ".cache" / "symptoms"
-    shared.mkdir(parents=True, exist_ok=True)
-    (tmp_path / ".cache").mkdir()
-    (tmp_path / ".cache" / "symptoms").symlink_to(shared, target_is_directory=True)
-    return tmp_path
+    return private_copy(tmp_path, shared_runs=True)
 
 
 @pytest.fixture(scope="module")
@@ -71,17 +61,19 @@ def pytest_runtestloop(session):
 
 def together(items: list) -> list:
     """The tests in groups that one process runs whole, the largest first (then in the order collected), so that no
-    process is left with a long group at the end: the tests of a module that use one of its module-scoped fixtures
-    go together (two processes would each set it up, the hostile grading suite's minutes among them); every other
-    test is a group of its own."""
+    process is left with a long group at the end: the tests of a module that use the same module-scoped fixtures
+    go together (two processes would each set them up, the hostile grading suite's minutes among them), apart from
+    those of the module that use others (the tests that need only test_grade.py's copy of the repository do not
+    wait behind the hostile suite that also uses it); every other test is a group of its own."""
     groups, by_module = [], {}
     for i, item in enumerate(items):
         info = getattr(item, "_fixtureinfo", None)
-        scoped = info is not None and any(d[-1].scope == "module" for d in info.name2fixturedefs.values() if d)
+        scoped = frozenset(name for name, defs in (info.name2fixturedefs.items() if info else ())
+                           if defs and defs[-1].scope == "module")
         if not scoped:
             groups.append([i])
             continue
-        key = item.nodeid.split("::")[0]
+        key = item.nodeid.split("::")[0], scoped
         if key not in by_module:
             by_module[key] = []
             groups.append(by_module[key])

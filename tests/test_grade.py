@@ -7,7 +7,6 @@ it, CI runs it. Run: pytest tests/test_grade.py [-m "not slow"]"""
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
@@ -24,8 +23,7 @@ import pytest
 from grpo_katas import REFERENCE, ROOT
 from grpo_katas.catalogue.katas import codebase_source, find_kata, load_bugs, plant
 from grpo_katas.judge import sandbox
-from tests.cli_helpers import n_checks
-
+from tests.cli_helpers import n_checks, private_copy
 
 KATA = find_kata(1)                       # one planted bug: the KL penalty enters with the wrong sign
 BUGGY = KATA.loop.read_text()
@@ -419,22 +417,6 @@ def grade_path(repo, path, out, n=KATA.number, args=(), python=()):
     assert summary.startswith("## grpo-katas") and results["resolved"] in summary
     assert "Traceback" not in r.stdout + r.stderr, r.stdout + r.stderr
     return r.returncode, results, seconds
-
-
-def private_copy(root: Path, shared_runs: bool = False) -> Path:
-    """The repository's tracked files copied to root: a hostile submission that gets out must not damage the
-    real one. With shared_runs, its healthy runs are this repository's .cache/symptoms/ (the judge writes there,
-    never a submission; a run's key is the bytes of the code it ran), so that a grading reads what another made."""
-    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    for f in files:
-        (root / f).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / f, root / f)
-    if shared_runs:
-        shared = ROOT / ".cache" / "symptoms"
-        shared.mkdir(parents=True, exist_ok=True)
-        (root / ".cache").mkdir()
-        (root / ".cache" / "symptoms").symlink_to(shared, target_is_directory=True)
-    return root
 
 
 def grade_all(repo, cases: dict, base, python=()) -> dict:

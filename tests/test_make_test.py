@@ -55,7 +55,8 @@ def two_workers(folder, test_file: str) -> list:
     share = folder / "share"
     share.mkdir()
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={share}", test_file]
-    workers = [subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the conftest imports from this repository's tests/
+    workers = [subprocess.Popen(cmd, cwd=folder, stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
     outs = [w.communicate(timeout=60)[0] for w in workers]
     assert [w.returncode for w in workers] == [0, 0], outs
     return outs
@@ -84,6 +85,22 @@ def test_the_tests_of_a_module_scoped_fixture_run_in_one_worker_which_sets_it_up
     assert len(list(tmp_path.glob("setup-*"))) == 1  # one worker set the fixture up
     taken = [int(re.search(r"this worker took (\d+) of the 12 tests", out)[1]) for out in outs]
     assert sum(taken) == 12 and max(taken) >= 6
+
+
+def test_tests_of_a_module_that_use_other_module_scoped_fixtures_are_a_group_apart():
+    """The tests that need only test_grade.py's copy of the repository do not wait behind the hostile suite that
+    uses it too: a group is a module's tests that use the same module-scoped fixtures."""
+    from types import SimpleNamespace
+
+    from tests.conftest import together
+
+    def item(nodeid, *scoped):
+        defs = {name: [SimpleNamespace(scope="module")] for name in scoped}
+        return SimpleNamespace(nodeid=nodeid, _fixtureinfo=SimpleNamespace(
+            name2fixturedefs={**defs, "tmp_path": [SimpleNamespace(scope="function")]}))
+    items = [item("t.py::a", "repo", "hostile"), item("t.py::b", "repo"), item("t.py::c", "repo", "hostile"),
+             item("t.py::d"), item("u.py::e", "repo")]
+    assert together(items) == [[0, 2], [1], [3], [4]]
 
 
 def test_the_proof_runs_beside_the_tests_at_a_lower_priority(tmp_path, capfd):

@@ -161,6 +161,23 @@ def test_a_symptom_that_holds_at_three_of_five_seeds_fails(tmp_path, clip_bug_pr
     assert len(found) == 1 and "holds at 3 of 5 seeds, fewer than 4" in found[0] and "seed 1: kl (last) 1" in found[0]
 
 
+@pytest.mark.parametrize("seed_kl, swept", [({0: 3.0, 1: 3.0, 2: 3.0, 3: 3.0, 4: 1.0}, [0, 1, 2, 3]),
+                                             ({0: 3.0, 1: 1.0, 2: 3.0, 3: 3.0, 4: 3.0}, [0, 1, 2, 3, 4])])
+def test_the_fifth_seed_is_run_only_where_one_of_the_first_four_missed(tmp_path, clip_bug_probed, monkeypatch,
+                                                                      seed_kl, swept):
+    kata = a_kata(tmp_path, seed_kl, SYMPTOM)
+    asked, get = set(), Store.get
+
+    def spy(self, path, settings, name):
+        if path == kata.loop:
+            asked.add(settings["seed"])
+        return get(self, path, settings, name)
+    monkeypatch.setattr(Store, "get", spy)
+    assert check([kata], seeds=range(5), folder=tmp_path) == []  # 4 of 5 either way: the fifth cannot change that
+    assert sorted(asked) == swept
+    assert symptoms.first_seeds(dataclasses.replace(kata, run={**kata.run, "seed": 4}), range(5)) == [4, 0, 1, 2]
+
+
 def test_a_symptom_must_hold_at_the_briefs_own_seed(tmp_path, clip_bug_probed):
     kata = a_kata(tmp_path, {0: 1.0, 1: 3.0, 2: 3.0, 3: 3.0, 4: 3.0}, SYMPTOM)
     found = check([kata], seeds=range(5), folder=tmp_path)

@@ -5,8 +5,9 @@
 (--codebase judges one codebase and its bugs only: a quick loop while writing its edits.)
 
   full    (make verify, .ci/run): every bug planted alone in every codebase it applies to, the checks at seeds 0, 1
-          and 2, every symptom at seeds 0-4, and every kata's recorded run (run.txt) printed alike on each CPU kernel
-          path (default, avx2, and avx512 where the CPU has it), with the numbers its brief reads from it;
+          and 2, every symptom at seeds 0-4 (seed 4 only where one of the first four missed), and every kata's
+          recorded run (run.txt) printed alike on each CPU kernel path (default, avx2, and avx512 where the CPU has
+          it), with the numbers its brief reads from it;
   static  (make test): the rules that need no run and no verdict, for every planting and every kata: an edit still
           applies, no tell, no unused name, no linter finding, no structural tell, a kata is its codebase plus its
           bugs, every bug is reachable from its brief or first hint, every kata has its recorded run. The tests

@@ -10,9 +10,10 @@ own assertion ("assertion"), a contract call that raised, hung or crashed ("call
 checks' own code ("error", which `make verify` refuses). A message is kept to MESSAGE_CHARS characters, whatever
 a target made a check quote.
 
-With a kata (`--kata N`, one target), the brief's run is judged too, after the checks and by the same worker:
-run::brief_symptoms_gone (grpo_katas/judge/brief.py), a verdict that stands for every seed. Without one there is
-no brief, and no verdict on a run.
+With a kata (`--kata N`, one target), the brief's run is judged too: run::brief_symptoms_gone
+(grpo_katas/judge/brief.py), a verdict that stands for every seed. The judge starts the target's runs itself, beside
+the checks, each in a run's sandbox of its own (the one `make run` trains in), never through the worker that
+imports the target. Without a kata there is no brief, and no verdict on a run.
 """
 import argparse
 import contextlib

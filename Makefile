@@ -155,7 +155,7 @@ HELP := \
  "       [COMPILE=1] [NPROC=2] [MODEL=m] [CHECKPOINTING=1]" \
  "  make bench           how fast the reference trains here [DEVICE= MODEL=]" \
  "  make gpu-check       on CUDA: the reference on the GPU, then a bf16 run" \
- "  MODEL=hub/name|dir   a Hugging Face causal LM (README: Real models)" \
+ "  MODEL=hub/name|dir   a Hugging Face causal LM (docs/trainer.md)" \
  "The repository:" \
  "  make setup           create .venv with the pinned dependencies" \
  "  make bubblewrap      install the checks' sandbox (bwrap) when missing" \
@@ -178,7 +178,7 @@ $(STAMP): pyproject.toml constraints.txt
 	+touch $(STAMP)
 
 # The checks run the code under test in a bubblewrap sandbox. Without it they still run, in a plain process
-# that can see the repository (README: "Grading submitted fixes"); as root on Debian or Ubuntu we install it.
+# that can see the repository (docs/grading.md); as root on Debian or Ubuntu we install it.
 .do-bubblewrap:
 	$(call do,bubblewrap)
 DO_bubblewrap = if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

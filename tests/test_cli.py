@@ -614,7 +614,7 @@ def test_ctrl_c_and_a_declined_reset_end_with_the_commands_own_line_not_makes(re
 @pytest.mark.timeout(240)
 def test_watch_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo):
     """The terminal would send SIGINT to make too, which then ends with 130 whatever watch says; watch reads Ctrl-C
-    as a key instead, so make exits 0 as the README says."""
+    as a key instead, so make exits 0 as docs/practice.md says."""
     from tests.cli_helpers import fake_venv
     fake_venv(repo)
     cli(repo, "kata", "1")

@@ -398,7 +398,7 @@ def test_a_python_or_checkout_under_tmp_is_not_hidden_by_the_sandbox_s_empty_tmp
 
 
 def test_without_a_sandbox_the_same_worker_can_see_out(tmp_path):
-    """The fallback is honest about what it is: a plain process sees the repository (README: threat model)."""
+    """The fallback is honest about what it is: a plain process sees the repository (docs/grading.md: the threat model)."""
     probe = tmp_path / "probe.py"
     probe.write_text(f"PATHS = {[str(ROOT / 'checks')]!r}\nPORT = 9\n" + PROBE)
     w = Worker({"p": probe}, sandbox_mode="process")

@@ -35,7 +35,7 @@ class CatalogueError(Exception):
 class Codebase:
     name: str
     path: Path
-    style: str   # in whose manner it is written: its row of the README's codebase table
+    style: str   # in whose manner it is written: its row of the README's table of four codebases
 
 
 CODEBASES = {c.name: c for c in [

@@ -455,7 +455,7 @@ def parser() -> argparse.ArgumentParser:
                             f"COMPONENT=loss): seconds instead of the whole run, while you work on one function; "
                             f"records nothing")
     check.add_argument("--format", choices=["table", "json"], default="table",
-                       help=f"table (default) or json: one JSON object on stdout ({render.CHECK_SCHEMA}, README: "
+                       help=f"table (default) or json: one JSON object on stdout ({render.CHECK_SCHEMA}, docs/practice.md: "
                             f"The checks' JSON) for scripts and CI; the exit status is the same")
     sub.choices["watch"].add_argument("--interval", type=positive(float), default=0.5,
                                       help="seconds between looks at the file (default 0.5)")

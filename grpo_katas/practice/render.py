@@ -482,7 +482,7 @@ CHECK_SCHEMA = "grpo-katas/check/1"
 
 
 def check_json(results: dict, path, seed: int, component, kata=None, fixed=None, record=None) -> str:
-    """`make check FORMAT=json`: the verdict as one JSON object, schema CHECK_SCHEMA (README: The checks' JSON)."""
+    """`make check FORMAT=json`: the verdict as one JSON object, schema CHECK_SCHEMA (docs/practice.md: the checks' JSON)."""
     import json
     order = sorted(results)
     comps = [{"name": comp, "passed": sum(results[c].passed for c in order if c.component == comp),

@@ -254,7 +254,7 @@ def main(argv=None) -> int:
         return 0
     table.add_row("data parallel (CPU, gloo): rollouts/s on 1 and 2 ranks",
                   f"{ranks[1]:,.0f} / {ranks[2]:,.0f} ({ranks[2] / ranks[1]:.2f}x on {torch.get_num_threads()} "
-                  f"threads; see README)")
+                  f"threads; see docs/trainer.md)")
     table.add_row("check run of the reference / bare import torch, pytest",
                   f"{judged:.1f} s / {bare:.1f} s = {judged / bare:.1f}x (goal <= 3x)")
     console.print(table)

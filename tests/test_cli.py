@@ -74,7 +74,8 @@ def test_solution_is_refused_before_solving_and_a_forced_reveal_is_recorded(repo
     assert state(repo)["katas"]["1"]["revealed_unsolved"]
     cli(repo, "kata", "1")
     code, out = cli(repo, "list")
-    assert "in progress (solution revealed)" in row(out, 1) and "revealed" not in row(out, 2)
+    assert "in progress*" in row(out, 1) and "*" not in row(out, 2)
+    assert "* the solution revealed before it was solved" in out
 
 
 def test_reset_asks_then_keeps_a_backup(repo):
@@ -847,13 +848,32 @@ def test_the_list_has_codebase_and_bug_columns_drills_filters_and_fits_the_termi
     if width == 120:
         assert "The KL that would not stop" in out  # the whole title where there is room
     else:
-        assert "…" in out and "The KL that would not stop" not in out  # cut, never wrapped
+        assert "…" in out and "A length that does not add up" not in out  # cut, never wrapped
+        assert "The KL that would not stop" in out  # the time and hints columns, empty, leave it the room
     code, out = cli(repo, "list", "--tier", "interview", "--codebase", "core")
     numbers = [line.split()[0] for line in out.splitlines()[2:] if re.match(r"\s*\d+\s", line)]
     assert code == 0 and numbers == ["19", "21", "23", "33"] and "0/4 solved" in out
     assert "d1" not in cli(repo, "list", "--codebase", "core")[1]  # its codebase is not yours to know yet
     code, out = make(repo, "list", "TIER=expert")
     assert code == 1 and "invalid choice: 'expert'" in out and len(out.strip().splitlines()) == 1
+
+
+def test_the_list_at_80_columns_keeps_every_number_and_status_after_reveals_and_hints(repo):
+    """A reveal once made the status column so wide that the titles shrank to 5 characters and the kata numbers
+    went; now a status adds a mark, said under the table, and only a title is ever cut."""
+    for n in ("1", "14"):
+        cli(repo, "solution", n, "--force")
+        cli(repo, "kata", n)
+    cli(repo, "hint", "13")
+    code, out = cli(repo, "list", env={"COLUMNS": "80"})
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) <= 80 and lines[0].split() == ["N", "kata", "tier", "codebase", "bugs",
+                                                                             "box", "status", "time", "hints"]
+    numbers = [line.split()[0] for line in lines if re.match(r"\s*(\d+|d\d+)\s", line)]
+    assert numbers == [k.key for k in load_katas()], numbers
+    assert re.search(r"core\s+2\s+20 min\s+in progress\*", row(out, 14)), row(out, 14)
+    assert row(out, 13).split()[-1] == "1" and "* the solution revealed before it was solved" in out
+    assert min(len(re.match(r"\s*\d+\s+(.*?)\s{2}", row(out, n))[1]) for n in (1, 14, 18)) >= 11
 
 
 def test_a_solved_drill_shows_its_codebase_in_the_list(repo):

@@ -516,45 +516,51 @@ def compact_table(**kwargs) -> Table:
 
 def fitted(table: Table, rows: list, elastic: int, width: int) -> Table:
     """`table` with its `rows` (lists of cells), column `elastic` given what the others leave of `width` (at least
-    8: a cell wider is cut with an ellipsis), and the others as wide as their widest cell."""
+    8: a cell wider is cut with an ellipsis), and the others as wide as their widest cell, never narrower."""
     widths = [max(Text.from_markup(str(r[i])).cell_len for r in [[c.header for c in table.columns], *rows])
               for i in range(len(table.columns))]
     others = sum(w for i, w in enumerate(widths) if i != elastic) + 2 * (len(widths) - 1)  # a divider and a space
+    for i, column in enumerate(table.columns):
+        if i != elastic:
+            column.min_width = widths[i]
     table.columns[elastic].max_width = max(8, min(widths[elastic], width - others))
     for r in rows:
         table.add_row(*r)
     return table
 
 
+LIST_MARKS = {"revealed": ("*", "the solution revealed before it was solved"),
+              "reset": ("+", "solved before a reset")}
+
+
 def kata_list(katas: list, statuses: list, filtered: bool = False, idle_minutes: int = 10) -> None:
     """Every kata (and drill) with its tier, codebase (a drill's once solved or revealed), bugs, time box, your
-    status, time spent and hints, in the terminal's width: a title that does not fit is cut with an ellipsis."""
+    status, time spent and hints, in the terminal's width: a title that does not fit is cut with an ellipsis, never
+    a number; a column no row fills (time, hints) is left out, and what a status adds is a mark, said below."""
     if not katas:
         console.print("no kata matches" + (" (a drill whose codebase is hidden is left out)" if filtered else ""))
         return
-    table = compact_table()
-    table.add_column("N", justify="right", no_wrap=True)
-    table.add_column("kata", no_wrap=True, overflow="ellipsis")
-    for name in ("tier", "codebase"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("bugs", justify="right", no_wrap=True)
-    table.add_column("box", justify="right", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("time", justify="right", no_wrap=True)
-    table.add_column("hints", justify="right", no_wrap=True)
-    rows, solved = [], 0
+    rows, solved, marked = [], 0, set()
     colour = {"solved": "green", "in progress": "yellow", "not started": "default"}
     for k, s in zip(katas, statuses):
         solved += s.label == "solved" or s.solved_before_reset
-        label = f"[{colour[s.label]}]{s.label}[/]"
-        if s.solved_before_reset and s.label != "solved":
-            label += " (solved before a reset)"
-        if s.revealed_early:
-            label += " [red](solution revealed first)[/]" if s.label == "solved" else " [red](solution revealed)[/]"
+        marks = [m for m, on in (("revealed", s.revealed_early), ("reset", s.solved_before_reset and
+                                                                   s.label != "solved")) if on]
+        marked.update(marks)
+        label = f"[{colour[s.label]}]{s.label}[/]" + "".join(f"[red]{LIST_MARKS[m][0]}[/]" for m in marks)
         open_ = not k.drill or s.label == "solved" or s.revealed_early or s.solved_before_reset
         rows.append([k.key, escape(k.title), k.tier, k.codebase if open_ else "?", str(len(k.bugs)),
                      f"{k.minutes} min", label, span(s.seconds) if s.seconds is not None else "", str(s.hints or "")])
-    console.print(fitted(table, rows, 1, console.width))
+    columns = [("N", "right"), ("kata", "left"), ("tier", "left"), ("codebase", "left"), ("bugs", "right"),
+               ("box", "right"), ("status", "left"), ("time", "right"), ("hints", "right")]
+    kept = [i for i, (name, _) in enumerate(columns) if name not in ("time", "hints") or any(r[i] for r in rows)]
+    table = compact_table()
+    for i in kept:
+        name, justify = columns[i]
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis" if name == "kata" else "fold")
+    console.print(fitted(table, [[r[i] for i in kept] for r in rows], 1, console.width))
+    for m in sorted(marked):
+        console.print(f"[red]{LIST_MARKS[m][0]}[/] {LIST_MARKS[m][1]}")
     bar = Progress(TextColumn("progress"), BarColumn(), TextColumn("{task.completed}/{task.total} solved"),
                    console=console)
     bar.add_task("", total=len(katas), completed=solved)

@@ -493,6 +493,18 @@ def test_the_checks_show_progress_on_a_terminal_and_ctrl_c_is_an_interruption_no
     assert code == 130 and "interrupted; nothing was recorded" in text and not ours_raised(text), text
 
 
+@pytest.mark.parametrize("columns", [80, 50])
+def test_a_long_command_s_spinner_and_seconds_show_at_any_width(repo, columns):
+    """At 80 columns the checks' line was cut before its spinner and seconds: a user saw one still line for 13 s."""
+    code = ("import time\nfrom grpo_katas.practice import render\n"
+            "with render.busy('the hidden checks on ' + 'work/a-long-path/' * 8 + 'grpo.py'):\n    time.sleep(2.5)\n")
+    status, text = on_a_terminal(repo, [], command=[sys.executable, "-c", code], columns=columns,
+                                 env={"COLUMNS": str(columns)})
+    lines = [line for line in plain(text).splitlines() if "the hidden checks" in line]
+    assert status == 0 and lines and max(map(len, lines)) <= columns, lines
+    assert any("0:00:02 the hidden checks on work/" in line for line in lines), lines
+
+
 APPLIED = {  # each value reaches the command single-quoted, as typed; a target's own values after --
     "kata": {"N": "-- '7'"},
     "next": {"TIER": "--tier '7'", "CODEBASE": "--codebase '7'"},

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.syntax import Syntax
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from grpo_katas.catalogue.katas import CHECK_COMPONENTS
@@ -54,15 +54,17 @@ def minutes(seconds: float) -> str:
 
 @contextlib.contextmanager
 def busy(text: str):
-    """A spinner and the seconds so far while slow work runs in this process (the checks, a drill's proof);
-    yields a function that changes the text. It draws on a duplicate of the terminal's descriptor, because pytest,
+    """A spinner and the seconds so far, then what is running, on one line at any width (the words cut to fit), while
+    slow work runs in this process (the checks, a drill's proof); yields a function that changes the text. It draws on a duplicate of the terminal's descriptor, because pytest,
     which runs the checks, captures descriptors 1 and 2 while it runs. Nothing when stdout is not a terminal."""
     if not console.is_terminal:
         yield lambda note: None
         return
     with os.fdopen(os.dup(console.file.fileno()), "w") as screen:
-        spinner = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                           console=Console(file=screen, highlight=False), transient=True)
+        kept = lambda width: Column(no_wrap=True, min_width=width)  # noqa: E731
+        what = TextColumn("{task.description}", table_column=Column(no_wrap=True, overflow="ellipsis", min_width=1))
+        spinner = Progress(SpinnerColumn(table_column=kept(1)), TimeElapsedColumn(table_column=kept(7)), what,
+                           console=Console(file=screen, highlight=False), transient=True)  # only the words are cut
         with spinner:
             task = spinner.add_task(escape(text))
             yield lambda note: spinner.update(task, description=escape(note))

@@ -138,6 +138,17 @@ def test_a_step_count_below_one_is_refused_in_one_line(steps):
     assert r.returncode == 2 and (r.stdout + r.stderr).strip() == f"error: --steps must be at least 1, got {steps}"
 
 
+def test_a_data_parallel_run_s_refusal_is_one_line_before_torchrun_starts(tmp_path):
+    """The ranks refused a bad setting each, and torchrun then printed its own 40-line ChildFailedError."""
+    (tmp_path / "x").write_text("a run's file")
+    for args, said in ((["--set", "beta=-1"], "error: --set beta must be a finite number, 0 or more"),
+                       (["--out", str(tmp_path)], f"error: --out {tmp_path} is not empty")):
+        r = subprocess.run([sys.executable, "-m", "grpo_katas.training.train", "--nproc", "2", "--steps", "2", *args],
+                           cwd=ROOT, capture_output=True, text=True, timeout=120, env=ENV)
+        out = (r.stdout + r.stderr).strip()
+        assert r.returncode == 2 and out.startswith(said) and len(out.splitlines()) <= 2, out
+
+
 @pytest.mark.slow
 def test_a_truncated_checkpoint_names_the_file_and_what_to_do(tmp_path):
     Trainer(RunConfig(**{**SMALL, "steps": 2}), tmp_path).fit()

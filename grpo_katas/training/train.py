@@ -456,17 +456,23 @@ def launch_ranks(nproc: int, argv: list) -> int:
         shutil.rmtree(stop.parent, ignore_errors=True)
 
 
-def setup(a) -> "Trainer":
-    """The trainer the flags describe: a new run, or the run in --out resumed; ValueError says what is wrong."""
+def settings(a) -> tuple:
+    """(the run the flags describe, None) for a new run, or (None, its checkpoint) for the run in --out resumed;
+    ValueError says what is wrong. Nothing is made: torchrun's launcher asks this before it starts any rank."""
     if a.out is not None:
         check_out(a.out, a.resume)
     if a.resume:
         state = load_checkpoint(a.out / "checkpoint.pt")
         check_resume(a, state["config"])
-        return Trainer.resume(a.out, a.steps, state)
+        return None, state
     grpo = parse_overrides(a.set, load_target(REFERENCE).GRPOConfig)
-    run = RunConfig(**given_settings(a), model=ModelConfig(**given_model(a)), grpo=grpo)
-    return Trainer(run, a.out)
+    return RunConfig(**given_settings(a), model=ModelConfig(**given_model(a)), grpo=grpo), None
+
+
+def setup(a) -> "Trainer":
+    """The trainer the flags describe: a new run, or the run in --out resumed; ValueError says what is wrong."""
+    run, state = settings(a)
+    return Trainer(run, a.out) if state is None else Trainer.resume(a.out, a.steps, state)
 
 
 def main(argv=None) -> int:
@@ -475,8 +481,7 @@ def main(argv=None) -> int:
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     a = parser().parse_args(argv)
-    if (a.nproc or 1) > 1 and "WORLD_SIZE" not in os.environ:  # become torchrun's ranks
-        return launch_ranks(a.nproc, sys.argv[1:] if argv is None else list(argv))
+    launcher = (a.nproc or 1) > 1 and "WORLD_SIZE" not in os.environ  # this process becomes torchrun's ranks
     if "WORLD_SIZE" in os.environ:
         a.nproc = int(os.environ["WORLD_SIZE"])
     console = Console(highlight=False, quiet=int(os.environ.get("RANK", "0")) != 0)  # rank 0 speaks for all
@@ -488,8 +493,8 @@ def main(argv=None) -> int:
         if value is not None and value < low:
             console.print(f"[red]error:[/] {flag} must be at least {low}, got {value}", soft_wrap=True)
             return 2
-    try:
-        trainer = setup(a)
+    try:  # refused here, before torchrun starts: a rank's refusal came with torchrun's own 40-line traceback
+        trainer = settings(a) if launcher else setup(a)
     except ConfigError as exc:
         console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}", soft_wrap=True)
         return 2
@@ -499,6 +504,8 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         console.print("interrupted before the first step; nothing was written")
         return 130
+    if launcher:
+        return launch_ranks(a.nproc, sys.argv[1:] if argv is None else list(argv))
     run = trainer.run
     console.print(("resuming {} at step {} of {}; ".format(a.out, trainer.step, run.steps) if a.resume else "")
                   + f"training on {trainer.device}: task {run.task}, {run.steps} steps, B={run.batch_size}, "

@@ -635,6 +635,17 @@ def test_watch_stopped_with_ctrl_c_typed_in_a_terminal_exits_0_through_make(repo
     assert code == 0 and "0 of 1 bugs fixed" in out and "make:" not in out and "Traceback" not in out, out
 
 
+@pytest.mark.parametrize("key", ["\x03", "q"])
+def test_watch_stops_mid_check_within_a_second_and_says_so(repo, key):
+    """q waited for the check to end, and Ctrl-C stopped it without a word."""
+    cli(repo, "kata", "1")
+    started = time.monotonic()
+    code, out = on_a_terminal(repo, ["watch", "1"], until="the hidden checks on", keys=key)
+    assert code == 0 and time.monotonic() - started < 10, out  # the checks and the brief's run alone take longer
+    assert plain(out).strip().splitlines()[-1] == ("stopped watching kata 1; a check cut short records nothing; "
+                                                   "`make watch N=1` takes it up again")
+
+
 @pytest.mark.slow
 def test_run_takes_the_seed_and_device_given_and_its_header_says_so(repo):
     import torch

@@ -142,8 +142,12 @@ def cmd_watch(args) -> int:
             while kata is not None:
                 kata = watch_one(kata, args, keys)
         except KeyboardInterrupt:  # how you stop it: not a failure
-            pass
+            stopped_watching(kata, "a check cut short records nothing; ")
     return 0
+
+
+def stopped_watching(kata, note: str = "") -> None:
+    console.print(f"stopped watching kata {kata.key}; {note}`make watch N={kata.key}` takes it up again")
 
 
 def watch_one(kata, args, keys):
@@ -158,12 +162,17 @@ def watch_one(kata, args, keys):
         if stamp != seen:
             seen = stamp
             console.rule(datetime.now().strftime("%H:%M:%S"))
+            keys.busy = True  # q stops the checks at once, as Ctrl-C does
             try:
                 if cmd_check(args) == 0 and not args.component:
+                    keys.busy = False
                     return next_after(kata, keys)
             except UserError as exc:
                 console.print(f"[red]{escape(str(exc))}[/]")
+            finally:
+                keys.busy = False
         if keys.wait(args.interval) == "q":
+            stopped_watching(kata)
             return None
 
 

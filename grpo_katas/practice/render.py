@@ -76,6 +76,7 @@ class Keys:
     def __init__(self, pressed=None):
         self.pressed = pressed  # a queue the reader thread fills, None when stdin is not a terminal
         self.interactive = pressed is not None
+        self.busy = False       # while work runs that q stops as Ctrl-C does (make watch's checks)
         self.how_to_stop = "Ctrl-C or q to stop" if self.interactive else "Ctrl-C to stop"
 
     def wait(self, seconds: float) -> str | None:
@@ -117,13 +118,14 @@ def keys():
     mine[6][termios.VINTR] = os.fpathconf(fd, "PC_VDISABLE")      # Ctrl-C is a key, not SIGINT to the group
     mine[6][termios.VMIN], mine[6][termios.VTIME] = 1, 0
     pressed, done = queue.Queue(), threading.Event()
+    state = Keys(pressed)
 
     def read():
         import select
         while not done.is_set():
             if select.select([fd], [], [], 0.2)[0]:
                 key = os.read(fd, 1).decode(errors="replace")
-                if key == "\x03":
+                if key == "\x03" or key == "q" and state.busy:
                     os.kill(os.getpid(), signal.SIGINT)
                 else:
                     pressed.put(key)
@@ -135,7 +137,7 @@ def keys():
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        yield Keys(pressed)
+        yield state
     finally:
         done.set()
         reader.join(timeout=1)

@@ -129,7 +129,7 @@ def a_kata(tmp_path, seed_kl: dict, symptom: dict, bugs=("kl-k1", "update-clip-a
     kata healed of either bug at 1.0."""
     import dataclasses
     kata = dataclasses.replace(find_kata(13), symptoms=(symptom,), bugs=bugs)
-    wanted, evals = plan([kata], list(seed_kl), [symptoms.kernel()], symptoms.kernel(), tmp_path)
+    wanted, _ = plan([kata], list(seed_kl), [symptoms.kernel()], symptoms.kernel(), tmp_path)
     own = kata.loop
 
     def history(path, settings):
@@ -308,9 +308,9 @@ def test_a_symptom_runs_only_the_steps_its_window_reads_and_is_read_on_each_path
     assert symptoms.sides(kata, crash, 1)[0][1]["steps"] == kata.run["steps"]
     assert symptoms.recorded(kata, first) and symptoms.recorded(kata, last) and symptoms.recorded(kata, crash)
     assert not symptoms.recorded(kata, rerun) and not symptoms.recorded(kata, {**last, "probe": {"set": {"lr": 1.0}}})
-    wanted, evals = plan([dataclasses.replace(kata, symptoms=(last, rerun))], [0, 1], ["default", "avx2"], "avx2",
-                         Path(tempfile.mkdtemp()))
-    assert [(e[0], e[2], e[4]) for e in evals if e[0] == "kernel"] == [("kernel", 0, "default")]
+    wanted, readings = plan([dataclasses.replace(kata, symptoms=(last, rerun))], [0, 1], ["default", "avx2"], "avx2",
+                            Path(tempfile.mkdtemp()))
+    assert [(r.symptom, r.kernel) for r in readings if r.how == "kernel"] == [(0, "default")]
 
 
 def test_a_file_rebuilt_while_its_runs_were_made_is_named_not_a_traceback(tmp_path, monkeypatch):

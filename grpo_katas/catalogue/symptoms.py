@@ -71,6 +71,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -532,18 +533,42 @@ def first_seeds(kata, seeds) -> list:
     return order[:needed(len(order))]
 
 
-def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True, sweep=None) -> tuple:
-    """(wanted runs per kernel path, the evaluations to make): the brief's run and its healthy run (the record's) on
+class Healed(NamedTuple):
+    bug: str      # the bug healed
+    loop: Path    # the kata with that bug fixed and the others left in
+
+
+class Reading(NamedTuple):
+    """One reading of a symptom the proof makes: at a seed on this CPU's kernel path ("seed"), at the brief's seed
+    on another path ("kernel"), or at the brief's seed with one of its bugs healed ("healed")."""
+    how: str
+    kata: object
+    symptom: int              # its index in kata.symptoms
+    seed: int | None          # None: the brief's
+    kernel: str
+    healed: Healed | None = None
+
+    def shows(self, store: "Store") -> tuple:
+        """shows(...) for this reading, with the runs `store` holds."""
+        return shows(self.kata, self.kata.symptoms[self.symptom], self.seed,
+                     lambda path, settings: store.get(path, settings, self.kernel),
+                     self.healed.loop if self.healed else None)
+
+
+def plan(katas, seeds, kernels, native: str, folder: Path, healing: bool = True, sweep=None) -> tuple:
+    """(wanted runs per kernel path, the readings to make): the brief's run and its healthy run (the record's) on
     every kernel path named; each symptom at every seed on this process's path (or at sweep(kata, i)'s); at the
-    brief's seed on every other path where the symptom reads the record's runs; and, at the brief's seed, with each
-    bug it names healed."""
+    brief's seed on every other path where the symptom reads the record's runs; and, with `healing`, at the brief's
+    seed with each bug it names healed."""
     bugs = load_bugs()
     sweep = sweep or (lambda kata, i: seeds)
-    wanted, evals = {}, []
+    wanted, readings = {}, []
 
-    def want(name, symptom, kata, seed, loop=None):
-        mine, other = sides(kata, symptom, seed, loop)
-        wanted.setdefault(name, []).extend([mine] + ([other] if other else []))
+    def want(reading: Reading):
+        s = reading.kata.symptoms[reading.symptom]
+        mine, other = sides(reading.kata, s, reading.seed, reading.healed.loop if reading.healed else None)
+        wanted.setdefault(reading.kernel, []).extend([mine] + ([other] if other else []))
+        readings.append(reading)
 
     for k in katas:
         for name in dict.fromkeys([native, *kernels]):  # the brief's run as its record holds it, on each path
@@ -551,30 +576,25 @@ def plan(katas, seeds, kernels, native: str, folder: Path, healed: bool = True, 
         swept = None in seeds or k.run["seed"] in seeds
         for i, s in enumerate(k.symptoms):
             for seed in sweep(k, i):
-                want(native, s, k, seed)
-                evals.append(("seed", k, i, seed, native, None))
+                want(Reading("seed", k, i, seed, native))
             for name in dict.fromkeys(kernels):
                 if (name == native and not swept) or (name != native and recorded(k, s)):
-                    want(name, s, k, None)
-                    evals.append(("kernel", k, i, None, name, None))
-            if len(k.bugs) > 1 and healed:
+                    want(Reading("kernel", k, i, None, name))
+            if len(k.bugs) > 1 and healing:
                 for b in attributed(k, s):
                     if b in k.bugs:
-                        loop = healed_loop(k, b, bugs, folder)
-                        want(native, s, k, None, loop)
-                        evals.append(("healed", k, i, None, native, (b, loop)))
-    return wanted, evals
+                        want(Reading("healed", k, i, None, native, Healed(b, healed_loop(k, b, bugs, folder))))
+    return wanted, readings
 
 
-def rest_of_sweep(katas, seeds, evals, store, native: str) -> tuple:
-    """(wanted runs, evaluations) of the seeds not yet swept, for each symptom that held at fewer of those that were
+def rest_of_sweep(katas, seeds, readings, store, native: str) -> tuple:
+    """(wanted runs, readings) of the seeds not yet swept, for each symptom that held at fewer of those that were
     than it must hold at of them all."""
     swept, held = {}, {}
-    for what, k, i, seed, _, _ in evals:
-        if what == "seed":
-            swept.setdefault((id(k), i), set()).add(seed)
-            ok = shows(k, k.symptoms[i], seed, lambda p, st: store.get(p, st, native))[0]
-            held[id(k), i] = held.get((id(k), i), 0) + ok
+    for r in readings:
+        if r.how == "seed":
+            swept.setdefault((id(r.kata), r.symptom), set()).add(r.seed)
+            held[id(r.kata), r.symptom] = held.get((id(r.kata), r.symptom), 0) + r.shows(store)[0]
     wanted, more = {}, []
     for k in katas:
         for i, s in enumerate(k.symptoms):
@@ -583,32 +603,33 @@ def rest_of_sweep(katas, seeds, evals, store, native: str) -> tuple:
             for seed in (sd for sd in seeds if sd not in swept.get((id(k), i), ())):
                 mine, other = sides(k, s, seed)
                 wanted.setdefault(native, []).extend([mine] + ([other] if other else []))
-                more.append(("seed", k, i, seed, native, None))
+                more.append(Reading("seed", k, i, seed, native))
     return wanted, more
 
 
 def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = False, folder: Path = CACHE,
-          healed: bool | None = None, log=lambda line: None, made=None) -> list:
+          healing: bool | None = None, log=lambda line: None, made=None) -> list:
     """The problems with the katas' symptoms: each must show at the brief's seed on this kernel path, and at
     needed(len(seeds)) of `seeds` (None: the brief's seed only); the table of the brief's run must be its record's
     (record.py) on this path and on each of `kernels`, and so must the numbers the brief prints, read on each path
     where the symptom reads the record's runs (elsewhere on this path: a rerun under other settings, whose table no
-    record holds); every bug must be shown by a symptom or named by a probe; and, when `healed` (default: when seeds
-    are given, the full proof), a symptom must go away with a bug it names healed. made(runs, steps, CPU-seconds)
-    hears of the runs made for it, as each child process ends."""
+    record holds); every bug must be shown by a symptom or named by a probe; and, with `healing` (default: when
+    seeds are given, the full proof), a symptom must go away with a bug it names healed. made(runs, steps,
+    CPU-seconds) hears of the runs made for it, as each child process ends."""
     native = kernel()
-    healed = seeds is not None if healed is None else healed
+    healing = seeds is not None if healing is None else healing
     seeds = list(seeds) if seeds else [None]
     kernels = list(dict.fromkeys(kernels or [native]))
     store = Store(folder, fresh, made)
-    wanted, evals = plan(katas, seeds, kernels, native, Path(folder), healed, lambda k, i: first_seeds(k, seeds))
+    wanted, readings = plan(katas, seeds, kernels, native, Path(folder), healing,
+                            lambda k, i: first_seeds(k, seeds))
     store.fetch(wanted, processes)
-    wanted, more = rest_of_sweep(katas, seeds, evals, store, native)
+    wanted, more = rest_of_sweep(katas, seeds, readings, store, native)
     store.fetch(wanted, processes)
-    evals += more
+    readings += more
     for name, why in store.skipped.items():
         log(f"symptoms: the {name} kernel path is skipped: {why}")
-    out = judge(katas, evals, store, seeds, native)
+    out = problems(katas, readings, store, seeds)
     for k in katas:  # the brief's run prints its recorded table on every path
         for name in dict.fromkeys([native, *kernels]):
             if name not in store.skipped:
@@ -616,7 +637,8 @@ def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = Fal
     return out
 
 
-def judge(katas, evals, store, seeds, native) -> list:
+def problems(katas, readings, store, seeds) -> list:
+    """What the readings say is wrong with each kata's symptoms (see check)."""
     bugs = load_bugs()
     out = []
     for k in katas:
@@ -626,22 +648,20 @@ def judge(katas, evals, store, seeds, native) -> list:
         for i, s in enumerate(k.symptoms):
             name = f"{k.name}: symptom {i + 1} ({describe(s)})"
             swept, read = {}, {}  # read: kernel path -> (kata's value, compared value) at the brief's seed
-            for what, kk, j, seed, kname, healed in evals:
-                if kk is not k or j != i or kname in store.skipped:
+            for r in readings:
+                if r.kata is not k or r.symptom != i or r.kernel in store.skipped:
                     continue
-                get = functools.partial(lambda kn, p, st: store.get(p, st, kn), kname)
-                ok, seen, (a, b) = shows(k, s, seed, get, healed[1] if healed else None)
-                if what == "seed":
-                    swept[k.run["seed"] if seed is None else seed] = (ok, seen)
-                brief_seed = seed is None or seed == k.run["seed"]
-                if what in ("seed", "kernel") and brief_seed:
+                ok, seen, (a, b) = r.shows(store)
+                if r.how == "seed":
+                    swept[k.run["seed"] if r.seed is None else r.seed] = (ok, seen)
+                if r.how in ("seed", "kernel") and r.seed in (None, k.run["seed"]):
                     if not ok:
-                        out.append(f"{name} does not show at the brief's seed {k.run['seed']} under the {kname} "
+                        out.append(f"{name} does not show at the brief's seed {k.run['seed']} under the {r.kernel} "
                                    f"kernels: {seen}")
-                    read[kname] = (a, b)
-                if what == "healed" and ok:
-                    out.append(f"{name} still shows with {healed[0]} fixed (the other bugs left in), so it is not "
-                               f"that bug's effect: {seen}")
+                    read[r.kernel] = (a, b)
+                if r.how == "healed" and ok:
+                    out.append(f"{name} still shows with {r.healed.bug} fixed (the other bugs left in), so it is "
+                               f"not that bug's effect: {seen}")
             out += [f"{name}: {p}" for p in says_problems(s, read)]
             if len(seeds) > 1:  # swept at every seed, or at as many as it must hold at, where it held at each
                 held = [sd for sd, (ok, _) in swept.items() if ok]

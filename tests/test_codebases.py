@@ -781,3 +781,14 @@ if __name__ == "__main__":
     for option in TRL_OPTIONS:
         trl = ours[ready[0]][option][0]
         print(f"{option:42s} {trl:+12.8f} " + " ".join(f"{ours[n][option][1]:+12.8f}" for n in ready))
+
+
+@pytest.mark.parametrize("path", [ROOT / "solutions" / "grpo.py", *sorted((ROOT / "solutions" / "codebases").glob("*.py"))],
+                         ids=lambda p: p.stem)
+def test_every_codebase_refuses_a_bad_config_with_a_value_error_also_under_python_O(path):
+    """script.py refused with assert, which python -O drops: GRPOConfig(group_size=1) was then taken."""
+    import subprocess
+    code = (f"import runpy\nmodule = runpy.run_path({str(path)!r}, run_name='codebase')\n"
+            "try:\n    module['GRPOConfig'](group_size=1)\nexcept ValueError:\n    print('refused')\n")
+    r = subprocess.run([sys.executable, "-O", "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert r.stdout.strip() == "refused", r.stdout + r.stderr

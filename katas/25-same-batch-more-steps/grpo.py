@@ -78,6 +78,11 @@ def compute_cleanup():
 # -----------------------------------------------------------------------------
 # Config and the rollout that the batch generator yields
 
+def require(condition, message):
+    # a bad config is a ValueError: an assert would be gone under python -O
+    if not condition:
+        raise ValueError(message)
+
 @dataclass(frozen=True)
 class GRPOConfig:
     # Sampling
@@ -111,22 +116,22 @@ class GRPOConfig:
     off_policy_mask_threshold: float | None = None # drop bad samples that drifted further than this (None = off)
 
     def __post_init__(self):
-        assert self.group_size >= 2, f"Each example is compared with its own samples, so it needs 2 or more: {self.group_size}"
-        assert self.temperature > 0, f"Sampling needs a temperature above zero (no greedy decoding here): {self.temperature}"
-        assert self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}"
-        assert self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"), f"Expected grpo|bnpo|dr_grpo|dapo|cispo|sapo for the loss: {self.loss_type}"
-        assert self.scale_rewards in ("group", "batch", "none"), f"Expected group|batch|none for the reward scaling: {self.scale_rewards}"
-        assert self.importance_sampling_level in ("token", "sequence"), f"Expected token|sequence for the importance sampling level: {self.importance_sampling_level}"
-        assert self.sapo_temperature_pos > 0 and self.sapo_temperature_neg > 0, f"The sapo gate needs positive temperatures: {self.sapo_temperature_pos}, {self.sapo_temperature_neg}"
-        assert self.delta is None or self.delta > 1, f"delta bounds a ratio that is 1 on policy, so it must be above 1: {self.delta}"
-        assert 0 <= self.top_entropy_quantile <= 1, f"top_entropy_quantile is a share of the tokens, from 0 to 1: {self.top_entropy_quantile}"
-        assert isinstance(self.mask_truncated_completions, bool) and isinstance(self.use_bias_correction_kl, bool), "mask_truncated_completions and use_bias_correction_kl are True or False"
-        assert self.rollout_is_mode in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"), f"Expected token_truncate|token_mask|sequence_truncate|sequence_mask for the rollout correction: {self.rollout_is_mode}"
-        assert self.is_cap is None or self.rollout_is_mode is None, "is_cap is rollout_is_mode=token_truncate with rollout_is_clip_max=is_cap: set one"
+        require(self.group_size >= 2, f"Each example is compared with its own samples, so it needs 2 or more: {self.group_size}")
+        require(self.temperature > 0, f"Sampling needs a temperature above zero (no greedy decoding here): {self.temperature}")
+        require(self.grad_accum_steps >= 1, f"The batch goes through the model in one pass at least: {self.grad_accum_steps}")
+        require(self.loss_type in ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"), f"Expected grpo|bnpo|dr_grpo|dapo|cispo|sapo for the loss: {self.loss_type}")
+        require(self.scale_rewards in ("group", "batch", "none"), f"Expected group|batch|none for the reward scaling: {self.scale_rewards}")
+        require(self.importance_sampling_level in ("token", "sequence"), f"Expected token|sequence for the importance sampling level: {self.importance_sampling_level}")
+        require(self.sapo_temperature_pos > 0 and self.sapo_temperature_neg > 0, f"The sapo gate needs positive temperatures: {self.sapo_temperature_pos}, {self.sapo_temperature_neg}")
+        require(self.delta is None or self.delta > 1, f"delta bounds a ratio that is 1 on policy, so it must be above 1: {self.delta}")
+        require(0 <= self.top_entropy_quantile <= 1, f"top_entropy_quantile is a share of the tokens, from 0 to 1: {self.top_entropy_quantile}")
+        require(isinstance(self.mask_truncated_completions, bool) and isinstance(self.use_bias_correction_kl, bool), "mask_truncated_completions and use_bias_correction_kl are True or False")
+        require(self.rollout_is_mode in (None, "token_truncate", "token_mask", "sequence_truncate", "sequence_mask"), f"Expected token_truncate|token_mask|sequence_truncate|sequence_mask for the rollout correction: {self.rollout_is_mode}")
+        require(self.is_cap is None or self.rollout_is_mode is None, "is_cap is rollout_is_mode=token_truncate with rollout_is_clip_max=is_cap: set one")
         low, high = self.rollout_is_clip_min, self.rollout_is_clip_max
-        assert low is None or high is None or low < high, f"The rollout correction's bounds are the wrong way round: {low}, {high}"
-        assert self.rollout_is_mode is None or low is not None or high is not None, f"rollout_is_mode={self.rollout_is_mode} needs a bound"
-        assert self.off_policy_mask_threshold is None or self.off_policy_mask_threshold > 0, f"off_policy_mask_threshold must be positive: {self.off_policy_mask_threshold}"
+        require(low is None or high is None or low < high, f"The rollout correction's bounds are the wrong way round: {low}, {high}")
+        require(self.rollout_is_mode is None or low is not None or high is not None, f"rollout_is_mode={self.rollout_is_mode} needs a bound")
+        require(self.off_policy_mask_threshold is None or self.off_policy_mask_threshold > 0, f"off_policy_mask_threshold must be positive: {self.off_policy_mask_threshold}")
 
     @property
     def clip_range(self):
@@ -575,16 +580,34 @@ if __name__ == "__main__":
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature")
     # Optimization
     parser.add_argument("--num-iterations", type=int, default=2, help="iterations on each batch of rollouts (mu)")
-    parser.add_argument("--loss-type", type=str, default="grpo", choices=["grpo", "bnpo", "dr_grpo", "dapo"], help="grpo|bnpo|dr_grpo|dapo")
+    parser.add_argument("--loss-type", type=str, default="grpo", choices=["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo"], help="grpo|bnpo|dr_grpo|dapo|cispo|sapo")
     parser.add_argument("--scale-rewards", type=str, default="group", choices=["group", "batch", "none"], help="group|batch|none")
+    parser.add_argument("--clip-eps-high", type=float, default=None, help="DAPO's clip-higher: how far above 1 the ratio may go (for cispo: its cap)")
     parser.add_argument("--grad-accum-steps", type=int, default=1, help="passes through the model per optimizer step")
+    parser.add_argument("--importance-sampling-level", type=str, default="token", choices=["token", "sequence"], help="token|sequence (GSPO)")
+    parser.add_argument("--delta", type=float, default=None, help="INTELLECT-2's delta, above 1 (none by default)")
+    parser.add_argument("--top-entropy-quantile", type=float, default=1.0, help="share of tokens, by entropy, that carry the policy gradient")
+    parser.add_argument("--mask-truncated-completions", action="store_true", help="leave the samples that never produced their eos out of the loss")
+    # Off-policy corrections
+    parser.add_argument("--is-cap", type=float, default=None, help="cap on the importance weights of an off-policy sampler")
+    parser.add_argument("--rollout-is-mode", type=str, default=None, choices=["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"], help="token_truncate|token_mask|sequence_truncate|sequence_mask")
+    parser.add_argument("--rollout-is-clip-min", type=float, default=None, help="lower bound of those importance weights")
+    parser.add_argument("--rollout-is-clip-max", type=float, default=3.0, help="upper bound of those importance weights")
+    parser.add_argument("--use-bias-correction-kl", action="store_true", help="weigh the KL penalty by the ratio (DeepSeek-V3.2)")
+    parser.add_argument("--off-policy-mask-threshold", type=float, default=None, help="drop bad samples that drifted further than this (DeepSeek-V3.2)")
     args = parser.parse_args()
     if min(args.steps, args.batch_size, args.num_iterations, args.grad_accum_steps) < 1:
         parser.error("--steps, --batch-size, --num-iterations and --grad-accum-steps must be at least 1")
     try:
         cfg = GRPOConfig(group_size=args.group_size, temperature=args.temperature, num_iterations=args.num_iterations,
-                         loss_type=args.loss_type, scale_rewards=args.scale_rewards, grad_accum_steps=args.grad_accum_steps)
-    except AssertionError as e:
+                         loss_type=args.loss_type, scale_rewards=args.scale_rewards, clip_eps_high=args.clip_eps_high,
+                         grad_accum_steps=args.grad_accum_steps, importance_sampling_level=args.importance_sampling_level,
+                         delta=args.delta, top_entropy_quantile=args.top_entropy_quantile,
+                         mask_truncated_completions=args.mask_truncated_completions, is_cap=args.is_cap,
+                         rollout_is_mode=args.rollout_is_mode, rollout_is_clip_min=args.rollout_is_clip_min,
+                         rollout_is_clip_max=args.rollout_is_clip_max, use_bias_correction_kl=args.use_bias_correction_kl,
+                         off_policy_mask_threshold=args.off_policy_mask_threshold)
+    except ValueError as e:
         parser.error(str(e))
 
     # Init compute

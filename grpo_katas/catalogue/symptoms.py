@@ -33,18 +33,18 @@ settings and asserts that each symptom shows:
     look = "requires_grad"      # words of the first hint rung
     why = "sampling with autograd on changes no number a run logs"
 
-A symptom is its bugs' effect, not a seed's luck: verify checks each one over several seeds on this CPU's kernel
-path, of which it must hold at all but one in five (4 of 0-4): the brief's seed and three more first, and the fifth
-only where one of those missed (where all four held, no fifth seed can change the verdict). Practice runs compute
-in float64 (runs.lab_dtype), so torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the
-CPU has it) part only in bits far below the digits a run prints: the brief's run is recorded in the kata's run.txt (record.py), and every kernel
-path must print that table, row for row, the healthy codebase's beside it. The numbers a brief prints (says) are
-exactly what `make run` prints, at the metric's digits (curves.DIGITS), read on every kernel path wherever they come
-from the recorded runs (which every path makes anyway), and on this CPU's path where they come from a rerun under
-other settings (a run whose dynamics amplify a last bit into other tokens late in a run, as two katas' bugs do, is
-the exception: where the paths print different numbers, the brief prints a bound that holds for each). Every bug of
-a kata is reachable: a symptom of the brief's run or of a probe run shows it (healing that bug alone makes the
-symptom go), or a [[probe]] names where to look in the first hint.
+A symptom is its bugs' effect, not a seed's luck: verify checks each one over several seeds on this CPU's kernel path,
+of which it must hold at all but one in five (4 of 0-4): the brief's seed and three more first, and the fifth only
+where one of those missed (where all four held, no fifth seed can change the verdict). Practice runs compute in
+float64 (runs.lab_dtype), so torch's CPU kernel paths (ATEN_CPU_CAPABILITY=default and avx2, and avx512 where the CPU
+has it) part only in bits far below the digits a run prints: the brief's run is recorded in the kata's run.txt
+(record.py), and every kernel path must print that table, row for row, the healthy codebase's beside it. The numbers a
+brief prints (says) are exactly what `make run` prints, at the metric's digits (curves.DIGITS), read on every kernel
+path wherever they come from the recorded runs (which every path makes anyway), and on this CPU's path where they come
+from a rerun under other settings (a run whose dynamics amplify a last bit into other tokens late in a run, as two
+katas' bugs do, is the exception: where the paths print different numbers, the brief prints a bound that holds for
+each). Every bug of a kata is reachable: a symptom of the brief's run or of a probe run shows it (healing that bug
+alone makes the symptom go), or a [[probe]] names where to look in the first hint.
 
 A kernel path is fixed when torch is imported, so each is a process of its own: the runs a check needs are
 shared out over child processes (this module, --compute) under each path, and kept in .cache/symptoms/
@@ -563,48 +563,40 @@ def plan(katas, seeds, kernels, native: str, folder: Path, healing: bool = True,
     bugs = load_bugs()
     sweep = sweep or (lambda kata, i: seeds)
     wanted, readings = {}, []
-
-    def want(reading: Reading):
-        s = reading.kata.symptoms[reading.symptom]
-        mine, other = sides(reading.kata, s, reading.seed, reading.healed.loop if reading.healed else None)
-        wanted.setdefault(reading.kernel, []).extend([mine] + ([other] if other else []))
-        readings.append(reading)
-
     for k in katas:
         for name in dict.fromkeys([native, *kernels]):  # the brief's run as its record holds it, on each path
             wanted.setdefault(name, []).extend(record.runs_of(k).values())
         swept = None in seeds or k.run["seed"] in seeds
         for i, s in enumerate(k.symptoms):
-            for seed in sweep(k, i):
-                want(Reading("seed", k, i, seed, native))
-            for name in dict.fromkeys(kernels):
-                if (name == native and not swept) or (name != native and recorded(k, s)):
-                    want(Reading("kernel", k, i, None, name))
+            readings += [Reading("seed", k, i, seed, native) for seed in sweep(k, i)]
+            readings += [Reading("kernel", k, i, None, name) for name in dict.fromkeys(kernels)
+                         if (name == native and not swept) or (name != native and recorded(k, s))]
             if len(k.bugs) > 1 and healing:
-                for b in attributed(k, s):
-                    if b in k.bugs:
-                        want(Reading("healed", k, i, None, native, Healed(b, healed_loop(k, b, bugs, folder))))
-    return wanted, readings
+                readings += [Reading("healed", k, i, None, native, Healed(b, healed_loop(k, b, bugs, folder)))
+                             for b in attributed(k, s) if b in k.bugs]
+    return runs_read(readings, wanted), readings
 
 
-def rest_of_sweep(katas, seeds, readings, store, native: str) -> tuple:
-    """(wanted runs, readings) of the seeds not yet swept, for each symptom that held at fewer of those that were
-    than it must hold at of them all."""
+def runs_read(readings, wanted: dict | None = None) -> dict:
+    """`wanted` (kernel path -> [(path, settings)]) with the runs each reading reads added: both sides of it."""
+    wanted = {} if wanted is None else wanted
+    for r in readings:
+        mine, other = sides(r.kata, r.kata.symptoms[r.symptom], r.seed, r.healed.loop if r.healed else None)
+        wanted.setdefault(r.kernel, []).extend([mine] + ([other] if other else []))
+    return wanted
+
+
+def rest_of_sweep(seeds, readings, store) -> list:
+    """The readings of the seeds not yet swept, for each symptom that held at fewer of those that were than it must
+    hold at of them all."""
     swept, held = {}, {}
     for r in readings:
         if r.how == "seed":
-            swept.setdefault((id(r.kata), r.symptom), set()).add(r.seed)
-            held[id(r.kata), r.symptom] = held.get((id(r.kata), r.symptom), 0) + r.shows(store)[0]
-    wanted, more = {}, []
-    for k in katas:
-        for i, s in enumerate(k.symptoms):
-            if held.get((id(k), i), 0) >= needed(len(seeds)):
-                continue
-            for seed in (sd for sd in seeds if sd not in swept.get((id(k), i), ())):
-                mine, other = sides(k, s, seed)
-                wanted.setdefault(native, []).extend([mine] + ([other] if other else []))
-                more.append(Reading("seed", k, i, seed, native))
-    return wanted, more
+            key = id(r.kata), r.symptom
+            swept.setdefault(key, []).append(r)
+            held[key] = held.get(key, 0) + r.shows(store)[0]
+    return [r._replace(seed=seed) for key, done in swept.items() if held[key] < needed(len(seeds))
+            for r in done[:1] for seed in seeds if seed not in {d.seed for d in done}]
 
 
 def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = False, folder: Path = CACHE,
@@ -624,8 +616,8 @@ def check(katas, processes: int = 1, seeds=None, kernels=None, fresh: bool = Fal
     wanted, readings = plan(katas, seeds, kernels, native, Path(folder), healing,
                             lambda k, i: first_seeds(k, seeds))
     store.fetch(wanted, processes)
-    wanted, more = rest_of_sweep(katas, seeds, readings, store, native)
-    store.fetch(wanted, processes)
+    more = rest_of_sweep(seeds, readings, store)
+    store.fetch(runs_read(more), processes)
     readings += more
     for name, why in store.skipped.items():
         log(f"symptoms: the {name} kernel path is skipped: {why}")

@@ -162,15 +162,15 @@ def watch_one(kata, args, keys):
         if stamp != seen:
             seen = stamp
             console.rule(datetime.now().strftime("%H:%M:%S"))
-            keys.busy = True  # q stops the checks at once, as Ctrl-C does
+            keys.busy, passed = True, False  # q stops the checks at once, as Ctrl-C does
             try:
-                if cmd_check(args) == 0 and not args.component:
-                    keys.busy = False
-                    return next_after(kata, keys)
+                passed = cmd_check(args) == 0
             except UserError as exc:
                 console.print(f"[red]{escape(str(exc))}[/]")
             finally:
                 keys.busy = False
+            if passed and not args.component:
+                return next_after(kata, keys)
         if keys.wait(args.interval) == "q":
             stopped_watching(kata)
             return None
@@ -464,8 +464,8 @@ def parser() -> argparse.ArgumentParser:
                             f"COMPONENT=loss): seconds instead of the whole run, while you work on one function; "
                             f"records nothing")
     check.add_argument("--format", choices=["table", "json"], default="table",
-                       help=f"table (default) or json: one JSON object on stdout ({render.CHECK_SCHEMA}, docs/practice.md: "
-                            f"The checks' JSON) for scripts and CI; the exit status is the same")
+                       help=f"table (default) or json: one JSON object on stdout ({render.CHECK_SCHEMA}, "
+                            f"docs/practice.md: the checks' JSON) for scripts and CI; the exit status is the same")
     sub.choices["watch"].add_argument("--interval", type=positive(float), default=0.5,
                                       help="seconds between looks at the file (default 0.5)")
     sub.choices["solution"].add_argument("--force", nargs="?", const=True, default=False, type=yes_or_no,

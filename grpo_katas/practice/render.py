@@ -55,8 +55,9 @@ def minutes(seconds: float) -> str:
 @contextlib.contextmanager
 def busy(text: str):
     """A spinner and the seconds so far, then what is running, on one line at any width (the words cut to fit), while
-    slow work runs in this process (the checks, a drill's proof); yields a function that changes the text. It draws on a duplicate of the terminal's descriptor, because pytest,
-    which runs the checks, captures descriptors 1 and 2 while it runs. Nothing when stdout is not a terminal."""
+    slow work runs in this process (the checks, a drill's proof); yields a function that changes the text. It draws
+    on a duplicate of the terminal's descriptor, because pytest, which runs the checks, captures descriptors 1 and 2
+    while it runs. Nothing when stdout is not a terminal."""
     if not console.is_terminal:
         yield lambda note: None
         return
@@ -486,7 +487,8 @@ CHECK_SCHEMA = "grpo-katas/check/1"
 
 
 def check_json(results: dict, path, seed: int, component, kata=None, fixed=None, record=None) -> str:
-    """`make check FORMAT=json`: the verdict as one JSON object, schema CHECK_SCHEMA (docs/practice.md: the checks' JSON)."""
+    """`make check FORMAT=json`: the verdict as one JSON object, schema CHECK_SCHEMA (docs/practice.md: the checks'
+    JSON)."""
     import json
     order = sorted(results)
     comps = [{"name": comp, "passed": sum(results[c].passed for c in order if c.component == comp),
@@ -561,7 +563,7 @@ def kata_list(katas: list, statuses: list, filtered: bool = False, idle_minutes:
     table = compact_table()
     for i in kept:
         name, justify = columns[i]
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis" if name == "kata" else "fold")
+        table.add_column(name, justify=justify, no_wrap=True)
     console.print(fitted(table, [[r[i] for i in kept] for r in rows], 1, console.width))
     for m in sorted(marked):
         console.print(f"[red]{LIST_MARKS[m][0]}[/] {LIST_MARKS[m][1]}")

@@ -494,7 +494,10 @@ def main(argv=None) -> int:
             console.print(f"[red]error:[/] {flag} must be at least {low}, got {value}", soft_wrap=True)
             return 2
     try:  # refused here, before torchrun starts: a rank's refusal came with torchrun's own 40-line traceback
-        trainer = settings(a) if launcher else setup(a)
+        if launcher:
+            settings(a)
+        else:
+            trainer = setup(a)
     except ConfigError as exc:
         console.print(f"[red]error:[/] {escape(flag_words(exc.setting, exc.problem))}", soft_wrap=True)
         return 2

@@ -13,15 +13,13 @@ judge, so the comparison is a slow test (CI runs it); that each marker names a c
 """
 import re
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 from typing import NamedTuple
 
 import pytest
 
 from grpo_katas import ROOT
-from tests.cli_helpers import ENV, private_copy
+from tests.cli_helpers import cli, private_copy
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"^<!-- example: (.+?) -->$")
@@ -139,18 +137,12 @@ def copy(tmp_path_factory):
     return private_copy(tmp_path_factory.mktemp("docs"), shared_runs=True)
 
 
-def cli(copy: Path, command: list, columns: int = COLUMNS) -> str:
-    r = subprocess.run([sys.executable, "-m", "grpo_katas.practice.cli", *command], cwd=copy, capture_output=True,
-                       text=True, timeout=300, env={**ENV, "COLUMNS": str(columns)})
-    return r.stdout + r.stderr
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda e: f"{e.where} {' '.join(e.command)}")
 def test_every_example_is_what_its_command_prints_today(copy, example):
     kata = example.command[1] if len(example.command) > 1 and example.command[0] in ("run", "check") else None
     if kata is not None:
-        cli(copy, ["kata", kata])  # the working copy the command reads
-    output = cli(copy, example.command, example.columns)
+        cli(copy, "kata", kata)  # the working copy the command reads
+    _, output = cli(copy, *example.command, env={"COLUMNS": str(example.columns)})
     problem = drift(example, output)
     assert problem is None, f"{example.where}: {' '.join(example.command)}: {problem}\nit printed:\n{output}"

@@ -125,7 +125,7 @@ HELP := \
  "  make kata N=3        start here: the brief, and your copy in work/ (kept)" \
  "  make next            start the next kata you have not solved [TIER= CODEBASE=]" \
  "  make run N=3         train your copy: its output, a live table, the curves" \
- "       [STEPS=40] [SET='beta=0.5'] [SEED=0] [NPROC=2] [DEVICE=cuda] [MODEL=m]" \
+ "       [STEPS=40] [SET='beta=0.5'] [SEED=0] [NPROC=2] [DEVICE=cuda|mps] [MODEL=]" \
  "       [BUDGET=60]     CPU-s a step may take before it is stopped as hung" \
  "  make check N=3       the hidden checks on your copy: the verdict on your fix" \
  "       [SEED=0] [ALL=1] every failing check, [COMPONENT=loss] one component," \
@@ -149,7 +149,7 @@ HELP := \
  "  make grade N=7 SUBMISSION=f OUT=dir [SEED=]  grade a fix in isolation" \
  "The reference trainer (grpo_katas.training.train --help explains each):" \
  "  make train           train the reference with a live display" \
- "       [TASK=sum] [STEPS=200] [SEED=0] [DEVICE=auto] [SET='beta=0.1']" \
+ "       [TASK=sum] [STEPS=200] [SEED=0] [DEVICE=auto|mps] [SET='beta=0.1']" \
  "       [OUT=runs/x] [RESUME=1] keep metrics, samples, checkpoints; continue" \
  "       [EVAL_EVERY=20] [SAMPLES=2] held-out reward, completions in the log" \
  "       [COMPILE=1] [NPROC=2] [MODEL=m] [CHECKPOINTING=1]" \

@@ -86,10 +86,11 @@ class HFPolicy(nn.Module):
         return out.logits                                                 # (N, Lq, V)
 
     def frozen_copy(self) -> "HFPolicy":
-        """The KL reference: a copy that never takes a step, in bf16 on CUDA (half the memory; it only scores)."""
+        """The KL reference: a copy that never takes a step, in bf16 on a GPU (CUDA or a Mac's MPS: half the memory;
+        it only scores)."""
         ref = copy.deepcopy(self).requires_grad_(False)
         device = next(self.parameters()).device
-        return ref.to(torch.bfloat16) if device.type == "cuda" else ref
+        return ref.to(torch.bfloat16) if device.type in ("cuda", "mps") else ref
 
 
 def no_dropout(model) -> None:

@@ -655,6 +655,9 @@ def test_run_takes_the_seed_and_device_given_and_its_header_says_so(repo):
     if not torch.cuda.is_available():
         code, out = cli(repo, "run", "1", "--steps", "1", "--device", "cuda")
         assert code == 2 and out.strip() == "error: --device cuda asked for, but torch sees no CUDA device", out
+    if not torch.backends.mps.is_available():
+        code, out = cli(repo, "run", "1", "--steps", "1", "--device", "mps")
+        assert code == 2 and out.strip().startswith("error: --device mps asked for, but torch sees no Apple GPU"), out
 
 
 HANGING_LOOP = '''

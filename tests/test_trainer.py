@@ -205,6 +205,26 @@ def test_the_curves_png_when_matplotlib_is_installed(tmp_path):
     assert (tmp_path / "run.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_mac_s_gpu_is_taken_where_torch_sees_one_and_refused_in_one_line_elsewhere(monkeypatch):
+    """DEVICE=mps: refused in one line where torch sees no MPS (here, on Linux); where it does (mocked), the run takes
+    a GPU's dtypes (float32 weights, bf16 autocast), one rank only, and auto still means CUDA or the CPU."""
+    from grpo_katas.training import runs
+    if not torch.backends.mps.is_available():
+        code, out = trainer("--device", "mps", "--steps", "1")
+        assert code == 2 and out == ("error: --device mps asked for, but torch sees no Apple GPU (MPS is on Apple "
+                                     "silicon, macOS 14 and later)"), out
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    device = runs.resolve_device(RunConfig(device="mps").device)
+    cast = runs.autocast(device)
+    assert device == torch.device("mps") and runs.lab_dtype(device) == torch.float32
+    assert isinstance(cast, torch.autocast) and (cast.device, cast.fast_dtype) == ("mps", torch.bfloat16)
+    assert runs.resolve_device("auto") == torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    assert runs.lab_dtype(torch.device("cpu")) == torch.float64 and not isinstance(runs.autocast(torch.device("cpu")),
+                                                                                  torch.autocast)
+    with pytest.raises(runs.ConfigError, match="data-parallel ranks run on CUDA GPUs or on the CPU"):
+        RunConfig(device="mps", nproc=2)
+
+
 @pytest.mark.parametrize("setting, problem", [
     ("max_new_tokens=0", "must be from 1 to 48"), ("num_iterations=0", "must be at least 1"),
     ("temperature=nan", "must be a finite number above 0"), ("group_size=100000", "must be from 2"),

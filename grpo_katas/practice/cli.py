@@ -440,9 +440,9 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--task", default=None,
                      help="the task (default sum); with --hf-model also arith or gsm8k, word problems for a "
                           "pretrained model")
-    run.add_argument("--device", default=None, choices=["auto", "cpu", "cuda"],
+    run.add_argument("--device", default=None, choices=["auto", "cpu", "cuda", "mps"],
                      help="where the run trains (default cpu for the lab model, auto with --hf-model: CUDA when there "
-                          "is one); cuda where torch sees none is refused")
+                          "is one; mps is a Mac's GPU); a GPU torch does not see is refused")
     run.add_argument("--budget", type=positive(float), default=None, metavar="SECONDS",
                      help=f"a step that uses this many CPU-seconds, or no CPU for this many seconds, is stopped as "
                           f"hung and shows where your loop was (default {STEP_BUDGET:g}; {HF_STEP_BUDGET:g} with "

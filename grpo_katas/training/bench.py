@@ -44,6 +44,8 @@ class NoCache(nn.Module):
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
+    elif device.type == "mps":
+        torch.mps.synchronize()
 
 
 def no_progress(done, total, note=""):

@@ -5,7 +5,7 @@ comparison, the reference), `make train` (the reference trainer), `make bench` a
                    one (hf_model), and the GRPOConfig overrides applied on top of PRACTICE_GRPO
     grpo_config    a loop file's GRPOConfig under a RunConfig
     build          the seeded policy and the task of a run (a text task when the model is a Hugging Face one)
-    frozen_reference  the KL reference of a policy: a frozen copy (bf16 on CUDA for a Hugging Face model)
+    frozen_reference  the KL reference of a policy: a frozen copy (bf16 on a GPU for a Hugging Face model)
     drive          a loop file's own `train` under a RunConfig, step by step (with or without a log= callback)
     drive_ranks    the same on `nproc` data-parallel ranks: forked processes joined in one gloo group
 
@@ -15,6 +15,7 @@ The trainer cannot hand its loop to a file's `train` (it checkpoints the optimiz
 steps), so it takes each step itself; its step is the reference train()'s step, and tests/test_trainer.py holds
 the two to the same numbers.
 """
+import contextlib
 import dataclasses
 import inspect
 import math
@@ -144,7 +145,8 @@ class RunConfig:
         "seeds the model's initial weights, the prompts and the sampling (default 0): change it to see how much "
         "of a curve is luck"))
     device: str = field(default="auto", metadata=_help(
-        "auto (CUDA when there is one), cpu or cuda: the lab's default model is small enough that a CPU is fast"))
+        "auto (CUDA when there is one), cpu, cuda or mps (a Mac's GPU; never chosen by auto: the lab's default model "
+        "is small enough that a CPU is fast, and faster than MPS's kernel launches)"))
     model: ModelConfig = field(default_factory=ModelConfig, metadata=_help("the lab model's shape"))
     hf_model: str = field(default="", metadata=_help(
         "a Hugging Face causal LM instead of the lab model: a hub name (Qwen/Qwen2.5-0.5B-Instruct) or a local "
@@ -172,8 +174,10 @@ class RunConfig:
         for name in ("steps", "batch_size", "checkpoint_every", "nproc"):
             if getattr(self, name) < 1:
                 raise ConfigError(name, f"must be at least 1, got {getattr(self, name)}")
-        if not (self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:")):
-            raise ConfigError("device", f"must be auto, cpu or cuda, got {self.device!r}")
+        if not (self.device in ("auto", "cpu", "cuda", "mps") or self.device.startswith("cuda:")):
+            raise ConfigError("device", f"must be auto, cpu, cuda or mps, got {self.device!r}")
+        if self.device == "mps" and self.nproc > 1:
+            raise ConfigError("nproc", "data-parallel ranks run on CUDA GPUs or on the CPU; mps is one GPU")
         m = self.model
         if min(m.d_model, m.n_layer, m.n_head) < 1 or m.d_model % m.n_head:
             raise ConfigError("model", f"needs positive sizes and n_head dividing d_model, got {m}")
@@ -240,15 +244,31 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda") and not torch.cuda.is_available():
         raise ConfigError("device", "cuda asked for, but torch sees no CUDA device")
+    if name == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device", "mps asked for, but torch sees no Apple GPU (MPS is on Apple silicon, macOS 14 "
+                                    "and later)")
     return torch.device(name)
+
+
+def on_a_gpu(device: torch.device) -> bool:
+    """CUDA or a Mac's GPU (MPS): where a run takes a GPU's dtypes (see lab_dtype and autocast)."""
+    return device.type in ("cuda", "mps")
 
 
 def lab_dtype(device: torch.device) -> torch.dtype:
     """The lab model's dtype on `device`: float64 on the CPU, so that a run prints the same digits on every CPU (in
     float32 the last bits of the initial weights and of every sum depend on the CPU's vector width, and 40 steps of
     sampling and Adam amplify them; in float64 two CPUs part by about 1e-11 after 40 steps), float32 on a GPU, where
-    float64 is slow."""
-    return torch.float64 if device.type == "cpu" else torch.float32
+    float64 is slow (CUDA) or missing (MPS)."""
+    return torch.float32 if on_a_gpu(device) else torch.float64
+
+
+def autocast(device: torch.device):
+    """A step's precision on `device`: bf16 autocast on a GPU, where the policy's float32 weights are the master
+    copy; nothing on the CPU."""
+    if on_a_gpu(device):
+        return torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def build(run: RunConfig, device: torch.device) -> tuple:
@@ -271,8 +291,8 @@ def build(run: RunConfig, device: torch.device) -> tuple:
 
 
 def frozen_reference(policy) -> torch.nn.Module:
-    """The KL reference: a copy of the policy that is never stepped (an adapter's own frozen_copy, in bf16 on
-    CUDA, where it has one)."""
+    """The KL reference: a copy of the policy that is never stepped (an adapter's own frozen_copy, in bf16 on a
+    GPU, where it has one)."""
     if hasattr(policy, "frozen_copy"):
         return policy.frozen_copy()
     import copy

@@ -11,9 +11,9 @@ checkpoints (the reward it logs is the mean over ranks); a checkpoint records ev
 resuming it needs the same number of ranks.
 
 It drives the contract functions of solutions/grpo.py (generate, grpo_step: the code the checks judge, loaded
-from that file, not copied) and adds what a run needs around them: the device (CUDA when there is one), bf16
-autocast on CUDA (log-softmax stays in float32 inside the reference), the lab model's KV cache for sampling,
-an optional torch.compile, atomic checkpoints with exact resume, metrics as JSON lines, and a live display.
+from that file, not copied) and adds what a run needs around them: the device (CUDA when there is one, a Mac's
+GPU when asked for), bf16 autocast on a GPU (log-softmax stays in float32 inside the reference), the lab model's
+KV cache for sampling, an optional torch.compile, atomic checkpoints with exact resume, metrics as JSON lines, and a live display.
 Its settings are a runs.RunConfig, the same as `make run`'s, and its steps are the reference train()'s steps.
 Around the steps, as TRL's GRPOTrainer reports a run: a held-out evaluation every K steps and at the end (the mean
 reward on prompts of a stream no training step draws from, the same prompts each time, sampled at the run's
@@ -23,7 +23,6 @@ Hugging Face model, the trained model and its tokenizer saved with save_pretrain
 takes again). The Trainer class logs plain dicts; rich is used only by main(), at the edge.
 """
 import argparse
-import contextlib
 import dataclasses
 import json
 import math
@@ -40,8 +39,8 @@ import torch
 from grpo_katas import REFERENCE, yes_or_no
 from grpo_katas.training.curves import PLOT_HINT, plot_png, summarize
 from grpo_katas.training.loader import load_target
-from grpo_katas.training.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, build, flag_words,
-                                      frozen_reference, grpo_config, parse_overrides, resolve_device)
+from grpo_katas.training.runs import (MODEL_HELP, PRACTICE_GRPO, ConfigError, RunConfig, autocast, build,
+                                      flag_words, frozen_reference, grpo_config, parse_overrides, resolve_device)
 from lab import ModelConfig
 
 
@@ -83,8 +82,6 @@ class Trainer:
             learner = DistributedDataParallel(self.policy, device_ids=[self.device.index] if self.device.index
                                               is not None else None)
         self.scorer = torch.compile(learner) if run.compile else learner
-        self.autocast = (lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if self.device.type == "cuda" \
-            else contextlib.nullcontext
 
     def config(self) -> dict:
         return {"run": dataclasses.asdict(self.run), "grpo": dataclasses.asdict(self.cfg), "device": str(self.device)}
@@ -93,13 +90,13 @@ class Trainer:
         """One step: B prompts, G completions each (KV-cached sampling), rewards, one grpo_step."""
         t0 = time.perf_counter()
         prompt_ids, prompt_mask = self.task.sample_prompts(self.run.batch_size, self.prompt_gen)  # (B, P)
-        with self.autocast():
+        with autocast(self.device):
             rollout = self.grpo.generate(self.policy, prompt_ids.to(self.device), prompt_mask.to(self.device),
                                          self.cfg, eos_id=self.task.eos_id, pad_id=self.task.pad_id,
                                          generator=self.sample_gen)
         rewards = self.task.reward(rollout).to(self.device)                                   # (N,)
         self.rollout, self.rewards = rollout, rewards  # for samples()
-        with self.autocast():
+        with autocast(self.device):
             stats = self.grpo.grpo_step(self.scorer, self.ref, self.optimizer, rollout, rewards, self.cfg)
         self.step += 1
         seconds = time.perf_counter() - t0
@@ -222,7 +219,7 @@ class Trainer:
         prompt_gen = torch.Generator().manual_seed(EVAL_SEED + self.run.seed)
         sample_gen = torch.Generator(device=self.device).manual_seed(EVAL_SEED + self.run.seed)
         prompt_ids, prompt_mask = self.task.sample_prompts(self.eval_prompts, prompt_gen)   # (B, P)
-        with torch.no_grad(), self.autocast():
+        with torch.no_grad(), autocast(self.device):
             rollout = self.grpo.generate(self.policy, prompt_ids.to(self.device), prompt_mask.to(self.device),
                                          self.cfg, eos_id=self.task.eos_id, pad_id=self.task.pad_id,
                                          generator=sample_gen)

@@ -232,7 +232,8 @@ class LoopRun:
         watch.stack_at = time.monotonic()
         from grpo_katas.judge.sandbox import descendants
         for pid in descendants(proc.pid):
-            text = dump_stack(pid, stacks, self.MAX_STACK)
+            # without /proc to ask, only the runner is known to catch the signal, once it has said anything
+            text = dump_stack(pid, stacks, self.MAX_STACK, known=pid == proc.pid and watch.ready)
             if self.inside in text or (text and not watch.stack):
                 watch.stack = self.outside(text)
                 if self.inside in text:
@@ -288,11 +289,13 @@ class StepWatch:
         from grpo_katas.judge.sandbox import cpu_seconds
         self.pid, self.budget, self.cpu_of = pid, budget, cpu_seconds
         self.step, self.stack, self.stack_at = 0, "", 0.0
+        self.ready = False  # the runner has sent an event: it set its stack's signal handler before its first
         self.started = time.monotonic()  # the model is built in the first step's time
         self.cpu0 = self.last_cpu = self.cpu_of(pid)
         self.busy_at = self.started
 
     def event(self, event: dict) -> None:
+        self.ready = True
         if event.get("event") in ("step", "config"):
             self.step += event.get("event") == "step"
             self.started = self.busy_at = time.monotonic()
@@ -328,12 +331,14 @@ class StepWatch:
         return None
 
 
-def dump_stack(pid: int, stacks: int, most: int, wait: float = 1.0) -> str:
+def dump_stack(pid: int, stacks: int, most: int, wait: float = 1.0, known: bool = False) -> str:
     """The Python stack of process `pid`, which registered faulthandler on SIGUSR1 to write to the pipe whose read
     end is `stacks` (non-blocking; the runner does): drain the pipe, signal, and read what comes until it settles
     (at most `most` bytes). A process that does not catch SIGUSR1 (the runner still importing torch, a process
-    the loop started) is left alone: the signal would end it."""
-    if not catches(pid, signal.SIGUSR1):
+    the loop started) is left alone: the signal would end it. Where /proc cannot tell, only a process `known` to
+    catch it is signalled."""
+    caught = catches(pid, signal.SIGUSR1)
+    if not (caught or caught is None and known):
         return ""
     with contextlib.suppress(OSError):
         while os.read(stacks, 65536):
@@ -355,8 +360,12 @@ def dump_stack(pid: int, stacks: int, most: int, wait: float = 1.0) -> str:
     return text.decode("utf-8", "replace")
 
 
-def catches(pid: int, signum: int) -> bool:
-    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status)."""
+def catches(pid: int, signum: int) -> bool | None:
+    """Whether process `pid` has a handler for `signum` (SigCgt in /proc/PID/status); None where there is no /proc
+    to tell (macOS)."""
+    from grpo_katas.judge.sandbox import LINUX
+    if not LINUX:
+        return None
     try:
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:

@@ -60,6 +60,10 @@ RUNNER = ("import runpy, sys; sys.path.insert(0, {root!r}); "
           "runpy.run_module('grpo_katas.training.runner', run_name='__main__', alter_sys=True)")
 TICK = os.sysconf("SC_CLK_TCK")
 PR_SET_PDEATHSIG = 1
+# What only Linux has: /proc (a process's children, the CPU time of its tree, the signals it catches), prctl's
+# death signal and an address-space limit that holds. Elsewhere (macOS) `ps` tells the children and the CPU time, and
+# the rest goes without; the tests switch this off on Linux to run that path.
+LINUX = sys.platform.startswith("linux")
 # the device nodes the worker opens (strace of a check run, distributed calls and the brief's run included): Python
 # and torch read urandom, subprocess opens null. Each is the host's node, bound in; nothing else is in /dev.
 DEVICES = ("null", "urandom")
@@ -96,7 +100,7 @@ def resolve(mode: str = "auto") -> tuple:
 def _probe() -> str | None:
     """Why the worker's sandbox cannot run here, or None. It runs the worker's own isolation and reads back the
     capabilities a process holds inside: any at all, and the sandbox is refused."""
-    if not sys.platform.startswith("linux"):
+    if not LINUX:
         return f"bubblewrap needs Linux (this is {sys.platform})"
     if shutil.which("bwrap") is None:
         return "bubblewrap is not installed (Debian/Ubuntu: apt-get install bubblewrap)"
@@ -303,19 +307,19 @@ def launch(mode: str, targets: dict, log_dir: Path, limits: Limits) -> tuple:
 
 
 def apply_limits(limits: Limits) -> None:
-    """The limits of a sandboxed process, set in the child before it runs anything. macOS has no prctl and refuses
-    an address-space limit: there the rest hold."""
-    size = int(limits.memory_gb * 2**30)
-    with contextlib.suppress(ValueError, OSError):
-        resource.setrlimit(resource.RLIMIT_AS, (size, size))
+    """The limits of a sandboxed process, set in the child before it runs anything. macOS has no prctl and ignores
+    (or refuses) an address-space limit: there the rest hold."""
+    if LINUX:
+        size = int(limits.memory_gb * 2**30)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))
     resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_s, limits.cpu_s))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     # every file it writes, its own stdout log included: past this a write fails (Python ignores SIGXFSZ)
     disk = limits.disk_mb * 2**20
     resource.setrlimit(resource.RLIMIT_FSIZE, (disk, disk))
-    libc = ctypes.CDLL(None, use_errno=True)
-    if hasattr(libc, "prctl"):
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a caller that dies takes the process (or bubblewrap) along
+    if LINUX:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # a caller that dies takes it along
 
 
 def _start(mode: str, targets: dict, fd: int, log_dir: Path, limits: Limits) -> subprocess.Popen:
@@ -350,10 +354,14 @@ class Spawned:
 
 def descendants(pid: int) -> list:
     """pid and every process below it (children of every thread, recursively)."""
+    table = None if LINUX else processes()
     out, stack = [], [pid]
     while stack:
         p = stack.pop()
         out.append(p)
+        if table is not None:
+            stack += [child for child, (parent, _) in table.items() if parent == p]
+            continue
         try:
             for tid in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{tid}/children") as f:
@@ -364,7 +372,11 @@ def descendants(pid: int) -> list:
 
 
 def cpu_seconds(pid: int) -> float:
-    """CPU time (user + system) of pid's whole process tree, children already reaped included."""
+    """CPU time (user + system) of pid's whole process tree, children already reaped included (on macOS as `ps -S`
+    counts them; on Linux without /proc, only the living)."""
+    if not LINUX:
+        table = processes()
+        return sum(table[p][1] for p in descendants(pid) if p in table)
     total = 0
     for p in descendants(pid):
         try:
@@ -374,6 +386,32 @@ def cpu_seconds(pid: int) -> float:
         except (OSError, IndexError, ValueError):
             continue
     return total / TICK
+
+
+def processes() -> dict:
+    """{pid: (parent pid, CPU seconds)} of every process, from `ps` (where there is no /proc): macOS's prints the
+    time as [[dd-]hh:]mm:ss.cc, summed over reaped children with -S; Linux's (procps) as [dd-]hh:mm:ss."""
+    flags = ["-A", "-S"] if sys.platform == "darwin" else ["-A"]
+    try:
+        out = subprocess.run(["ps", *flags, "-o", "pid=", "-o", "ppid=", "-o", "time="], capture_output=True,
+                             text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    table = {}
+    for line in out.splitlines():
+        fields = line.split()
+        if len(fields) == 3 and fields[0].isdigit() and fields[1].isdigit():
+            table[int(fields[0])] = (int(fields[1]), clock_seconds(fields[2]))
+    return table
+
+
+def clock_seconds(text: str) -> float:
+    """'1-02:03:04' -> 93784.0, '3:04.50' -> 184.5: a time as ps prints it."""
+    days, _, clock = text.rpartition("-")
+    seconds = 0.0
+    for part in clock.split(":"):
+        seconds = seconds * 60 + float(part)
+    return seconds + 86400 * int(days or 0)
 
 
 def kill(proc: subprocess.Popen) -> None:
@@ -467,6 +505,8 @@ def read(path: Path) -> str:
 def cgroup_parents() -> list:
     """(version, the folder of this process's cgroup, the controllers a child made there gets) for cgroup v2 where
     memory and pids are delegated to it, else for each v1 hierarchy of memory and of pids."""
+    if not LINUX:
+        return []
     try:
         mine = Path("/proc/self/cgroup").read_text().splitlines()
         mounts = Path("/proc/self/mountinfo").read_text().splitlines()

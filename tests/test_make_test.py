@@ -137,13 +137,15 @@ def ci_measure():
 def test_ci_runs_make_test_then_the_whole_proof_fresh_then_the_slow_tests_and_measure_times_each():
     measure = ci_measure()
     setup, rest = measure.split_setup(measure.ci_commands(ROOT / ".ci" / "run"))
-    assert [c.split("&&")[0].strip() for c in setup] == ["make setup"] and "'.[hf]'" in setup[0]  # tests/test_hf.py
+    # tests/test_hf.py and tests/test_platforms.py run in make test's own environment, with the hf and ci extras
+    assert [c.split("&&")[0].strip() for c in setup] == ["make setup"] and "'.[hf,ci]'" in setup[0]
     assert rest[:3] == ["make test", "make verify FRESH=1", ".venv/bin/python -m tests --slow"]
     extras = rest[3]
     assert len(rest) == 4 and "'.[dev,hf,plot]'" in extras and extras.endswith("pytest -q -p no:cacheprovider -m plot tests")
     every = re.findall(r"^(\w+) = \[", (ROOT / "pyproject.toml").read_text().split("[project.optional-dependencies]")[1]
                        .split("\n[")[0], re.M)
-    assert sorted(every) == ["dev", "hf", "plot"], every  # an extra added to pyproject.toml is added to CI's too
+    installed = {extra for group in re.findall(r"'\.\[([\w,]+)\]'", " ".join(setup + rest)) for extra in group.split(",")}
+    assert sorted(every) == ["ci", "dev", "hf", "plot"] and set(every) <= installed, (every, installed)  # and CI installs it
     assert measure.split_setup(["make test"]) == (["make setup"], ["make test"])
 
 

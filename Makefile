@@ -110,7 +110,7 @@ LINE_BREAK  = echo "error: $(MULTILINE)= holds a line break: a setting is one li
 
 TARGETS := help setup bubblewrap test check verify katas kata next run watch hint solution reset list drill \
            stats mock mock-notes mock-end bundle grade train bench gpu-check
-.PHONY: $(TARGETS) $(addprefix .do-,$(TARGETS)) .no-such-target
+.PHONY: $(TARGETS) $(addprefix .do-,$(TARGETS)) .do-venv .no-such-target
 
 $(TARGETS): %: .do-%
 	$(if $(filter 0,$(call status_of,$*)),,false)
@@ -167,15 +167,21 @@ HELP := \
  "A setting a target does not take is refused; through make the exit status is" \
  "0 (done), 1 (not done: the last line says why) or 130 (Ctrl-C)."
 
+# .venv is made (unless CURRENT, below) in .do-venv, whose status $(STAMP) reads back as a target reads its command's:
+# a failed step ends the set-up with its own words and status 1 under any make (make 3.81, macOS's, adds its
+# "*** Error 1" line even to a step that fails in question mode).
 # pip byte-compiles one file at a time; compileall on every core does the same work in half the time on two
 # (a file of torch's tests is Python 3.12 syntax that 3.11 cannot compile: pip skips it quietly, so does this)
-$(STAMP): pyproject.toml constraints.txt
-	+@echo "setting up $(VENV) with the pinned dependencies (a minute or two, once)"
-	+$(PY) -m venv $(VENV)
-	+$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[dev]'
-	+@$(PYTHON) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true
-	+@command -v bwrap >/dev/null || { $(DO_bubblewrap); }
-	+touch $(STAMP)
+.do-venv:
+	$(if $(CURRENT),,$(RUN){ $(MAKE_VENV); }; echo $$? > $(STATUS)/venv)
+MAKE_VENV = echo "setting up $(VENV) with the pinned dependencies (a minute or two, once)" && \
+	$(PY) -m venv $(VENV) && \
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-compile -c constraints.txt -e '.[dev]' && \
+	{ $(PYTHON) -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true; } && \
+	{ command -v bwrap >/dev/null || { $(DO_bubblewrap); }; } && \
+	touch $(STAMP)
+$(STAMP): .do-venv
+	$(if $(CURRENT),,$(if $(filter 0,$(call status_of,venv)),,false))
 
 # The checks run the code under test in a bubblewrap sandbox. Without it they still run, in a plain process
 # that can see the repository (docs/grading.md); as root on Debian or Ubuntu we install it.

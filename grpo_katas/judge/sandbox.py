@@ -352,15 +352,20 @@ class Spawned:
         self.proc, self.sock = launch(self.mode, targets, self.log_dir, limits)
 
 
-def descendants(pid: int) -> list:
-    """pid and every process below it (children of every thread, recursively)."""
-    table = None if LINUX else processes()
+def descendants(pid: int, table: dict | None = None) -> list:
+    """pid and every process below it (children of every thread, recursively); without /proc, from `table`
+    (processes(), read here when not given)."""
+    children = None
+    if not LINUX:
+        children = {}
+        for child, (parent, _) in (processes() if table is None else table).items():
+            children.setdefault(parent, []).append(child)
     out, stack = [], [pid]
     while stack:
         p = stack.pop()
         out.append(p)
-        if table is not None:
-            stack += [child for child, (parent, _) in table.items() if parent == p]
+        if children is not None:
+            stack += children.get(p, [])
             continue
         try:
             for tid in os.listdir(f"/proc/{p}/task"):
@@ -374,9 +379,9 @@ def descendants(pid: int) -> list:
 def cpu_seconds(pid: int) -> float:
     """CPU time (user + system) of pid's whole process tree, children already reaped included (on macOS as `ps -S`
     counts them; on Linux without /proc, only the living)."""
-    if not LINUX:
+    if not LINUX:  # one `ps` for the tree and its times
         table = processes()
-        return sum(table[p][1] for p in descendants(pid) if p in table)
+        return sum(table[p][1] for p in descendants(pid, table) if p in table)
     total = 0
     for p in descendants(pid):
         try:

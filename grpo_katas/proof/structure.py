@@ -227,6 +227,7 @@ def twin_computations(healthy: str, planted: str) -> list:
     return out
 
 
+@functools.lru_cache(maxsize=8)  # a codebase's, read beside each of its plantings (never changed by a caller)
 def _prose(source: str) -> dict:
     """{line index: (the comment or docstring text on that line, whether it trails code)} of a source; each line
     of a docstring counts."""
@@ -285,7 +286,8 @@ def contradicting_comments(healthy: str, planted: str) -> list:
     return out
 
 
-def _dropped(source: str) -> list:
+@functools.lru_cache(maxsize=8)  # a codebase's, read beside each of its plantings
+def _dropped(source: str) -> tuple:
     """The statements of a source that call a pure function of tensors (PURE) and keep nothing of its value."""
     out = []
     for node in ast.walk(ast.parse(source)):
@@ -293,7 +295,7 @@ def _dropped(source: str) -> list:
             func = node.value.func
             if isinstance(func, ast.Attribute) and func.attr in PURE and _root(func) not in ("self", "dist", None):
                 out.append(ast.unparse(node))
-    return out
+    return tuple(out)
 
 
 def dropped_results(healthy: str, planted: str) -> list:

@@ -330,11 +330,26 @@ def unused_names(source: str) -> set:
     return out
 
 
-def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> dict:
-    """name -> path of each target to judge: the codebases, each planting in `judged` (a set of (bug id, codebase)),
-    the katas. The static rules (an edit still applies, no unused name, no tell, no linter finding) hold for every
-    planting."""
+def targets_for(bugs, codebases, judged, tmp: Path) -> dict:
+    """name -> path of each file to judge but the katas: the codebases and each planting in `judged` (a set of (bug
+    id, codebase)), written to tmp. An edit that no longer applies plants nothing (static_rules says so)."""
     targets = {f"codebase:{name}": CODEBASES[name].path for name in codebases}
+    for bug_id, name in sorted(judged):
+        try:
+            text = plant(codebase_source(name), [bugs[bug_id]], name)
+        except Exception:  # noqa: BLE001 (an edit that no longer matches, whatever plant raised: judge the rest)
+            continue
+        path = tmp / f"{bug_id.replace('-', '_')}__{name}.py"
+        path.write_text(text)
+        targets[f"{bug_id}@{name}"] = path
+    return targets
+
+
+def static_rules(bugs, katas, codebases) -> list:
+    """The problems the rules that read files find: for every planting in these codebases, an edit still applies and
+    leaves no unused name, no tell, no structural tell and no linter finding; every bug plants in each codebase or
+    says why not; every kata is its codebase plus its bugs and has no tell, advert or provenance."""
+    problems = []
     sources = {name: codebase_source(name) for name in codebases}
     linted = {}  # "bug@codebase" or a kata's name -> (codebase, text), for one ruff run over them all
     for name in codebases:
@@ -354,10 +369,6 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> di
                 for tell in structural_tells(source, text):
                     problems.append(f"bug {bug.id}@{name}: {tell}, which points at it")
                 linted[f"bug {bug.id}@{name}"] = (name, text)
-                if (bug.id, name) in judged:
-                    path = tmp / f"{bug.id.replace('-', '_')}__{name}.py"
-                    path.write_text(text)
-                    targets[f"{bug.id}@{name}"] = path
             elif name not in bug.skip:
                 problems.append(f"bug {bug.id}: no edits for the {name} codebase and no reason why not")
     for kata in katas:
@@ -373,11 +384,9 @@ def targets_for(bugs, katas, tmp: Path, problems: list, codebases, judged) -> di
             problems.append(f"{kata.name}: the file calls itself {ADVERTS.search(text).group(0)!r}")
         if PROVENANCE.search(text):
             problems.append(f"{kata.name}: the file says where it comes from: {PROVENANCE.search(text).group(0)!r}")
-        targets[kata.name] = kata.loop
         if kata.codebase in sources:
             linted[kata.name] = (kata.codebase, text)
-    problems += lint_problems(sources, linted)
-    return targets
+    return problems + lint_problems(sources, linted)
 
 
 def lint_problems(sources: dict, linted: dict) -> list:
@@ -521,20 +530,22 @@ def main(argv=None) -> int:
     problems, cost = [], Cost()
     if not args.codebase:
         catalogue_rules(bugs, katas, problems)
+    if not seeds:  # the static tier: no verdict, no run
+        problems += static_rules(bugs, katas, codebases) + static_problems(katas)
+        return conclude(f"static tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
+                        f"codebases) and {len(katas)} katas", problems, start)
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(2) as pool:
-        # the symptom runs need no verdict and no static rule: they start first and run beside the static rules and
-        # the judges, so that no core waits on another's last process
-        kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas and seeds else ()
+        # the symptom runs and the judges need nothing of the static rules: they start first, and the rules are
+        # applied here while they run, so that no core waits for the rules (nor for another's last process)
+        kernels = tuple(k for k in level.kernels if k != "avx512" or has_avx512()) if katas else ()
         symptoms = pool.submit(symptom_problems, katas, args.processes, seeds=level.symptom_seeds, kernels=kernels,
-                               cost=cost) if katas and seeds else None
-        targets = targets_for(bugs, katas, Path(tmp), problems, codebases, judged)
-        if not seeds:  # the static tier: no verdict, no run
-            problems += static_problems(katas)
-            return conclude(f"static tier: {sum(len(b.edits) for b in bugs.values())} plantings ({len(CODEBASES)} "
-                            f"codebases) and {len(katas)} katas", problems, start)
+                               cost=cost) if katas else None
+        targets = targets_for(bugs, codebases, judged, Path(tmp))
+        targets.update({k.name: k.loop for k in katas})
         targets.update(nan_variants(codebases[0], Path(tmp)))
-        runs, trouble, files, reused = judge(targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh),
-                                             cost)
+        judging = pool.submit(judge, targets, seeds, args.processes, VerdictCache(CACHE, fresh=args.fresh), cost)
+        problems += static_rules(bugs, katas, codebases)
+        runs, trouble, files, reused = judging.result()
         problems += trouble
         print(f"{len(targets)} targets at seeds {seeds}: {len(targets) - reused} judged ({files} distinct files), "
               f"{reused} reused from {os.path.relpath(CACHE, ROOT)} ({time.perf_counter() - start:.0f} s)", flush=True)

@@ -107,14 +107,18 @@ def test_the_judge_files_are_every_file_of_the_repository_the_judge_and_its_work
 
 @pytest.mark.slow
 def test_after_an_edit_to_one_bugs_edit_a_second_proof_judges_only_that_target(repo):
-    """The done-when of issue 21 in small: one codebase at one seed, then the same after one edit changed."""
+    """The done-when of issue 21 in small: one codebase at one seed, then the same after one edit changed. The copy
+    starts from this repository's verdicts, where a proof made them (CI's, before the slow tests): a verdict's key
+    is the bytes judged, so the first proof judges only what no proof here has judged (an empty cache judging
+    everything is test_a_second_run_judges_only_what_changed_and_fresh_judges_everything's)."""
+    if (verify.CACHE / "0").is_dir():
+        shutil.copytree(verify.CACHE / "0", repo / ".cache" / "verify" / "0")
+
     def proof():
         r = subprocess.run([sys.executable, "-m", "grpo_katas.proof.verify", "--seeds", "0", "--codebase", "core"],
                            cwd=repo, capture_output=True, text=True, timeout=600)
         return next(line for line in r.stdout.splitlines() if "targets at seeds" in line)
-    first = proof()
-    n = int(first.split()[0])
-    assert f"{n} judged" in first and "0 reused" in first
+    n = int(proof().split()[0])
     edits = repo / "katas" / "edits" / "core.toml"
     lines = edits.read_text().splitlines(keepends=True)
     bug = None

@@ -700,3 +700,22 @@ def test_the_brief_s_run_follows_the_checks_but_not_a_ctrl_c():
         collector.first = object()
         collector.pytest_sessionfinish(None, status)
         assert collector.brief.calls == calls and (collector.run_verdict is None) == (calls == 0)
+
+
+@pytest.mark.parametrize("mode", ["bubblewrap", "process"])
+def test_what_a_worker_used_is_counted_once_whether_it_is_reaped_or_killed(mode):
+    """A proof's cost (make verify's judging line) is the judge's CPU with what it reaped, plus what its worker used
+    that no wait counts: a sandbox's tree is killed, not reaped, so its CPU comes from there; a plain process is
+    reaped, and adds nothing twice."""
+    if mode == "bubblewrap" and not BWRAP:
+        pytest.skip(sandbox.resolve("auto")[1])
+    target = CODEBASES["core"].path
+    w = Worker({"t": target}, sandbox_mode=mode)
+    try:
+        assert Target(w, "t", target).group_advantages(torch.tensor([0.0, 1.0]), 2, 0.0) is not None
+    finally:
+        w.close()
+    if mode == "bubblewrap":
+        assert w.unreaped_cpu > 0.5  # it imported torch and the codebase, at least
+    else:
+        assert w.unreaped_cpu < 0.2

@@ -12,6 +12,7 @@ stands that function down inside the target too (it raises at once), so the targ
 it fail fast instead of hanging again: a hang costs one budget, not one per check. A deadline, when given,
 bounds the whole run.
 """
+import resource
 import select
 import signal
 import tempfile
@@ -43,6 +44,12 @@ class Died(Exception):
     pass
 
 
+def children_cpu() -> float:
+    """CPU-seconds of the children this process has reaped so far."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 class Worker:
     """One worker process (sandboxed unless told otherwise) serving a set of targets, restarted when needed."""
 
@@ -55,6 +62,8 @@ class Worker:
         self.load_errors = {}      # key -> message
         self.broken = {}           # (key, fn) -> what happened: later calls fail at once
         self.events = []           # hangs, crashes and restarts, for the record
+        self.unreaped_cpu = 0.0    # CPU-seconds its processes used that no wait of this process counts: a sandbox's
+                                   # tree is killed, not reaped here (what a proof's cost adds to the judge's)
         self.proc = self.sock = None
         self.caps = ""
         self.buffer = b""
@@ -127,7 +136,9 @@ class Worker:
                 wire.send(self.sock, {"op": "bye"})
             except OSError:
                 pass
+            used, reaped = sandbox.cpu_seconds(self.proc.pid), children_cpu()
             sandbox.kill(self.proc)
+            self.unreaped_cpu += max(0.0, used - (children_cpu() - reaped))
             self.sock.close()
         self.proc = self.sock = None
         self.loaded = False

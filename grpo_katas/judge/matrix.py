@@ -48,6 +48,7 @@ class Run:
     load_errors: dict     # target index -> message
     sandbox: str          # the worker's sandbox mode, and why when it is not bubblewrap
     events: list          # hangs, crashes and restarts of the worker
+    worker_cpu: float = 0.0  # CPU-seconds of the worker's sandboxed processes, which no wait of the judge counts
 
     def of(self, target: int, seed: int) -> dict:
         return self.verdicts[target].get(seed, {})
@@ -167,13 +168,14 @@ def run(targets, seeds=(0,), *, sandbox: str = "auto", memory_gb: float = 8.0, t
     w = collector.worker
     load_errors = {collector.index[str(w.targets[k].resolve())]: m for k, m in w.load_errors.items()} if w else {}
     sandbox_desc = (w.mode + (f" ({w.why})" if w.why else "") + (f"; {w.caps}" if w.caps else "")) if w else "none"
-    return Run(code, collector.verdicts(len(targets)), load_errors, sandbox_desc, list(w.events) if w else [])
+    return Run(code, collector.verdicts(len(targets)), load_errors, sandbox_desc, list(w.events) if w else [],
+               w.unreaped_cpu if w else 0.0)
 
 
 def report(r: Run, targets) -> dict:
     """A run as JSON-ready data (what `--out` holds)."""
     return {"exit_code": r.exit_code, "targets": [str(t) for t in targets], "load_errors": r.load_errors,
-            "sandbox": r.sandbox, "events": r.events,
+            "sandbox": r.sandbox, "events": r.events, "worker_cpu_seconds": round(r.worker_cpu, 2),
             "verdicts": [{str(seed): {str(c): asdict(v) for c, v in by_check.items()}
                           for seed, by_check in t.items()} for t in r.verdicts]}
 
@@ -183,7 +185,7 @@ def from_report(data: dict) -> Run:
     verdicts = [{int(seed): {CheckId.parse(c): Verdict(**v) for c, v in by_check.items()}
                  for seed, by_check in t.items()} for t in data["verdicts"]]
     return Run(int(data["exit_code"]), verdicts, {int(k): str(m) for k, m in data["load_errors"].items()},
-               str(data["sandbox"]), [str(e) for e in data["events"]])
+               str(data["sandbox"]), [str(e) for e in data["events"]], float(data.get("worker_cpu_seconds", 0.0)))
 
 
 def main(argv=None):

@@ -237,14 +237,16 @@ def run_matrix(targets: dict, seeds, processes: int, cost: "Cost | None" = None)
             code, cpu = run_counted(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
             err.seek(0)
             stderr = err.read()
-        if cost is not None:
-            cost.judged(len(chunk) * len(seeds), cpu)
         try:
             data = json.loads(out.read_text())
         except ValueError:
-            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {code}): {stderr[-500:]}"], []
+            data = None
         finally:
             out.unlink(missing_ok=True)
+        if cost is not None:  # the judge and what it reaped, and its sandboxed worker, which it kills instead
+            cost.judged(len(chunk) * len(seeds), cpu + float((data or {}).get("worker_cpu_seconds", 0.0)))
+        if data is None:
+            return {}, [f"the judge for {chunk[0]}.. wrote no verdicts (exit {code}): {stderr[-500:]}"], []
         found = {s: {} for s in seeds}
         problems = [f"{chunk[int(i)]}: cannot be loaded: {m}" for i, m in data["load_errors"].items()]
         problems += [f"worker event while judging {chunk[0]}..: {e}" for e in data["events"]]
@@ -442,8 +444,9 @@ def symptom_problems(katas, processes: int, seeds=None, kernels=None, cost: "Cos
 
 
 class Cost:
-    """What a proof spent, in CPU-seconds: judging files (each at each seed) and making runs (each of some steps),
-    counted as the judges and the run makers end; the arithmetic of the CI issue's projection."""
+    """What a proof spent, in CPU-seconds: judging files (each at each seed; a judge's sandboxed worker, which it
+    kills rather than reaps, included) and making runs (each of some steps), counted as the judges and the run
+    makers end; the arithmetic of the CI issue's projection."""
 
     def __init__(self):
         self.lock, self.judging, self.judgings, self.running, self.runs, self.steps = threading.Lock(), 0.0, 0, 0.0, 0, 0

@@ -68,14 +68,15 @@ def replay(cmd: list, log) -> None:
 
 
 def side_by_side(cmds: list, cwd) -> int:
-    """Run the commands at once: the first one's output as it comes, each other's after it, whole. The exit status
-    is the first command's that failed, or 0."""
+    """Run the commands at once: the first one's output as it comes, each other's after it, whole, but for what it
+    writes to stderr, which comes at once (the tests name each failure there as it happens: a run cut short still
+    says which failed). The exit status is the first command's that failed, or 0."""
     print(f"\n$ {' '.join(cmds[0][1:])}" + "".join(f"\n  and beside it: {' '.join(c[1:])}" for c in cmds[1:]),
           flush=True)
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in cmds[1:]]
         procs = [subprocess.Popen(cmds[0], cwd=cwd)]
-        procs += [subprocess.Popen(c, cwd=cwd, stdout=log, stderr=subprocess.STDOUT) for c, log in zip(cmds[1:], logs)]
+        procs += [subprocess.Popen(c, cwd=cwd, stdout=log) for c, log in zip(cmds[1:], logs)]  # stderr: at once
         try:
             codes = [p.wait() for p in procs]
         finally:

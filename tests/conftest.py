@@ -1,6 +1,7 @@
 """Fixtures for the repository's own tests (the checks' plugin is the top-level conftest.py)."""
 import hashlib
 import os
+import sys
 
 import pytest
 import torch
@@ -33,6 +34,16 @@ def pytest_addoption(parser):
 
 
 TAKEN = pytest.StashKey[tuple]()  # (the indexes of the tests this process took, how many were collected): --share
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """With --share, each failure is named on stderr as it happens: make test holds a second worker's report until
+    it ends, so a run cut short (CI's time limit) would otherwise not say which of its tests failed."""
+    report = yield
+    if report.failed and item.config.getoption("--share") is not None:
+        print(f"FAILED {report.nodeid} ({report.when})", file=sys.__stderr__, flush=True)
+    return report
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -74,6 +74,24 @@ def test_workers_that_share_a_folder_run_each_test_once(tmp_path):
     assert sum(taken) == 12 and len({pid for *_, pid in ran}) == sum(t > 0 for t in taken)
 
 
+def test_a_sharing_worker_names_each_failure_on_stderr_as_it_happens(tmp_path, capfd):
+    """make test replays a second worker's report when it ends: a run cut short (CI's time limit) would lose which of
+    its tests failed, so each worker names its failures on stderr at once, which is not held back."""
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text())
+    (tmp_path / "test_two.py").write_text("import time\n\ndef test_fails():\n    assert False\n\n"
+                                         "def test_waits():\n    time.sleep(30)\n")
+    (tmp_path / "share").mkdir()
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--share={tmp_path / 'share'}",
+           "test_two.py"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    worker = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    try:  # cut short while its second test runs, as CI's limit would: the failure was named before
+        assert worker.stderr.readline().strip() == "FAILED test_two.py::test_fails (call)"
+    finally:
+        worker.kill()
+        worker.communicate()
+
+
 def test_the_tests_of_a_module_scoped_fixture_run_in_one_worker_which_sets_it_up_once(tmp_path):
     """A module's costly fixture (the hostile grading suite is minutes) is set up by one worker, not by each."""
     (tmp_path / "test_shared.py").write_text(

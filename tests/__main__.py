@@ -5,9 +5,9 @@
 
 The tests run in two pytest processes side by side that share them out (--share=FOLDER, tests/conftest.py): each
 takes the next test no other has taken, so that neither waits while the other has a long queue. The first one's
-report comes as it runs, the second's after it. Among them, tests/test_record.py runs a kata of each codebase
-under this CPU's kernel path and compares each table with the kata's recorded run digit for digit: a CPU whose
-digits differ is named, with the first row that differs.
+report comes as it runs, the second's after it; each names a failure on stderr at once. Among them,
+tests/test_record.py runs a kata of each codebase under this CPU's kernel path and compares each table with the
+kata's recorded run digit for digit: a CPU whose digits differ is named, with the first row that differs.
 
 The proof's static tier (python -m grpo_katas.proof.verify --tier static) applies the rules that need no run to every
 planting and every kata (an edit still applies, no tell, no unused name, a kata is its codebase plus its bugs, every

@@ -21,12 +21,13 @@ the bytes of the code they ran) are read rather than made again.
 """
 import contextlib
 import os
-import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from grpo_katas import children_cpu
 
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,12 +53,6 @@ def steps(argv: list, share: str) -> list:
 def slow_steps(argv: list, share: str) -> list:
     """The slow tests alone (CI, after the proof), over the same workers."""
     return [("the slow tests", workers("slow", 12, argv, share))]
-
-
-def children_cpu() -> float:
-    """CPU-seconds of the children reaped so far: the proof is reaped last, so a part's is the change across it."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 def replay(cmd: list, log) -> None:
@@ -108,7 +103,7 @@ def run(parts: list, proof: list | None, cwd=ROOT, name: str = "make test") -> i
             if beside:
                 if beside.poll() is None:
                     print("\nwaiting for the proof ...", flush=True)
-                code = beside.wait()
+                code = beside.wait()  # reaped last: its CPU is what the children's grew by beside the parts'
                 done.append(("the proof's static tier (from the start, beside them)", code, time.monotonic() - start,
                              children_cpu() - cpu - sum(d[3] for d in done)))
         except KeyboardInterrupt:  # the whole process group had the SIGINT; make sure the proof is gone too

@@ -12,7 +12,6 @@ stands that function down inside the target too (it raises at once), so the targ
 it fail fast instead of hanging again: a hang costs one budget, not one per check. A deadline, when given,
 bounds the whole run.
 """
-import resource
 import select
 import signal
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from grpo_katas import children_cpu
 from grpo_katas.judge import contract, sandbox, wire
 from grpo_katas.judge.standins import StandIn
 
@@ -42,12 +42,6 @@ class Hang(Exception):
 
 class Died(Exception):
     pass
-
-
-def children_cpu() -> float:
-    """CPU-seconds of the children this process has reaped so far."""
-    r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
 
 
 class Worker:
